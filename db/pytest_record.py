@@ -1,0 +1,1 @@
+"""pytest plugin: `--farm-db PATH` records a local run in the history."""

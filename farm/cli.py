@@ -1,0 +1,49 @@
+"""The `farm` command line: thin typer commands over the `farm` and `db` libraries.
+
+Each group of commands lives in its own module and registers itself on ``app``; this module only
+assembles them and turns user errors into one line and an exit code.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from farm.errors import EXIT_USAGE, Dflash2Error, FarmError
+
+app = typer.Typer(
+    help="Ship DFlash2 verification suites to a fleet of devices and query their history.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _register() -> None:
+    # Imported for their side effect of adding commands to ``app``.
+    from farm import cli_fleet, cli_history  # noqa: F401
+
+
+def main() -> None:
+    _register()
+    try:
+        app(standalone_mode=False)
+    except FarmError as e:
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(e.exit_code)
+    except Dflash2Error as e:
+        typer.echo(f"error: {e}", err=True)
+        sys.exit(EXIT_USAGE)
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+    except Exception as e:  # click usage errors and the like
+        import click
+
+        if isinstance(e, click.exceptions.ClickException):
+            typer.echo(f"error: {e.format_message()}", err=True)
+            sys.exit(e.exit_code if e.exit_code else EXIT_USAGE)
+        raise

@@ -1,0 +1,1 @@
+"""Fleet commands: head, agent, devices, run. (filled by the farm work)"""

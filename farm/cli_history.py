@@ -1,0 +1,1 @@
+"""History commands: runs, show, history, query, export, regressions, baseline, ingest."""

@@ -1,0 +1,19 @@
+"""Errors the farm reports as one line and an exit code (see README: exit codes)."""
+
+from dflash2.errors import Dflash2Error
+
+EXIT_OK = 0
+EXIT_FLAGGED = 1  # unexpected results or regressions
+EXIT_USAGE = 2  # the user can fix it
+EXIT_INFRA = 3  # lost devices, no device, cluster unreachable
+
+
+class FarmError(Exception):
+    """A failure the CLI prints as one line, exiting with ``exit_code``."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+__all__ = ["FarmError", "Dflash2Error", "EXIT_OK", "EXIT_FLAGGED", "EXIT_USAGE", "EXIT_INFRA"]

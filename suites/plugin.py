@@ -1,0 +1,1 @@
+"""pytest plugin: measure fixture, expectations, JSONL results stream (see docs/CONTRACTS.md)."""
