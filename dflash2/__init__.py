@@ -3,4 +3,4 @@
 from dflash2.device import DeviceIdentity, current_device
 from dflash2.errors import Dflash2Error
 
-__all__ = ["DeviceIdentity", "current_device", "Dflash2Error"]
+__all__ = ["DeviceIdentity", "Dflash2Error", "current_device"]

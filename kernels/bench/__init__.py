@@ -1,0 +1,1 @@
+"""Kernel microbenchmarks (run as modules: python -m kernels.bench.verify_m8)."""

@@ -1,0 +1,48 @@
+"""Building and launching the variants' Metal sources with ``mx.fast.metal_kernel`` (Macs only).
+
+Kernels are built once per variant and cached; template parameters carry the tile and the
+shape, so one build serves every shape. Nothing here runs on a host without Metal: dispatch
+sends those hosts to the portable implementations instead.
+"""
+
+from __future__ import annotations
+
+import functools
+from types import ModuleType
+
+import mlx.core as mx
+
+from kernels.qweights import QWeights
+
+
+@functools.cache
+def _build(name: str, source: str, header: str):
+    return mx.fast.metal_kernel(
+        name=f"dflash2_{name}",
+        input_names=["x", "w", "scales", "biases"],
+        output_names=["y"],
+        source=source,
+        header=header,
+    )
+
+
+def launch(variant: ModuleType, x: mx.array, qw: QWeights, params: dict) -> mx.array:
+    m, k = x.shape
+    n = qw.n
+    n_tile = int(params.get("n_tile", 8))
+    k_groups = int(params.get("k_groups", 1))
+    out_dtype = mx.float32 if variant.NAME == "w4a32" else x.dtype
+    xin = x.astype(mx.float32) if variant.NAME == "w4a32" else x
+    if variant.NAME == "fp16_matrix":
+        n_tile = 8
+    kernel = _build(variant.NAME, variant.METAL_SOURCE, variant.HEADER)
+    (y,) = kernel(
+        inputs=[xin, qw.wq, qw.scales.astype(xin.dtype), qw.biases.astype(xin.dtype)],
+        template=[("T", xin.dtype), ("M_ROWS", m), ("N_TILE", n_tile), ("K_GROUPS", k_groups),
+                  ("K", k), ("N", n), ("GS", qw.group_size)],
+        grid=((n // n_tile) * 32 * k_groups, 1, 1),
+        threadgroup=(32 * k_groups, 1, 1),
+        output_shapes=[(m, n)],
+        output_dtypes=[out_dtype],
+    )
+    return y

@@ -1,0 +1,103 @@
+"""Kernel selection: a lookup in ``selection_table.json``, and the reason when nothing matches.
+
+The table is data: each entry expands to exact keys (device, dtype, M, K, N, bits, group size).
+A key that is missing falls back to stock with the most specific reason the table supports:
+no entry at all for the device -> unsupported-device; none for its dtype -> dtype; else shape.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dflash2.device import DeviceIdentity
+
+TUNED = "tuned"
+FALLBACK_DEVICE = "fallback:unsupported-device"
+FALLBACK_SHAPE = "fallback:shape"
+FALLBACK_DTYPE = "fallback:dtype"
+FALLBACK_DISABLED = "fallback:disabled"
+
+
+@dataclass(frozen=True)
+class Choice:
+    variant: str
+    reason: str
+    params: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Table:
+    shapes: dict[str, tuple[int, int]]
+    index: dict[tuple, tuple[str, dict]]
+    device_keys: frozenset[str]
+    device_dtypes: frozenset[tuple[str, str]]
+
+    def lookup(self, device_key: str, dtype: str, m: int, k: int, n: int, bits: int,
+               group_size: int) -> Choice:
+        hit = self.index.get((device_key, dtype, m, k, n, bits, group_size))
+        if hit is not None:
+            return Choice(hit[0], TUNED, dict(hit[1]))
+        if device_key not in self.device_keys:
+            return Choice("stock", FALLBACK_DEVICE)
+        if (device_key, dtype) not in self.device_dtypes:
+            return Choice("stock", FALLBACK_DTYPE)
+        return Choice("stock", FALLBACK_SHAPE)
+
+
+def device_key(device: DeviceIdentity) -> str:
+    """g13s for an Apple GPU (real or emulated), the architecture otherwise (sm_90, cpu)."""
+    if device.generation is not None and device.size is not None:
+        return f"g{device.generation}{device.size}"
+    return device.arch
+
+
+def build_table(data: dict) -> Table:
+    from kernels.variants import VARIANTS
+
+    shapes = {name: (int(k), int(n)) for name, (k, n) in data["shapes"].items()}
+    index: dict[tuple, tuple[str, dict]] = {}
+    for i, e in enumerate(data["entries"]):
+        if e["variant"] not in VARIANTS:
+            raise ValueError(f"selection table entry {i}: unknown variant {e['variant']!r}")
+        for dev in e["devices"]:
+            for dtype in e["dtypes"]:
+                for gs in e["group_sizes"]:
+                    for shape in e["shapes"]:
+                        k, n = shapes[shape]
+                        key = (dev, dtype, int(e["M"]), k, n, int(e["bits"]), int(gs))
+                        if key in index:
+                            raise ValueError(f"selection table entry {i}: duplicate key {key}")
+                        index[key] = (e["variant"], dict(e.get("params", {})))
+    return Table(
+        shapes=shapes,
+        index=index,
+        device_keys=frozenset(k[0] for k in index),
+        device_dtypes=frozenset((k[0], k[1]) for k in index),
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def load_table(path: str | None = None) -> Table:
+    text = (Path(path).read_text() if path
+            else (Path(__file__).parent / "selection_table.json").read_text())
+    return build_table(json.loads(text))
+
+
+def select(device: DeviceIdentity, dtype: str, m: int, k: int, n: int, bits: int = 4,
+           group_size: int = 64, *, disabled: bool = False, table: Table | None = None) -> Choice:
+    """The kernel for one dispatch and why. ``disabled``: the custom verifier is switched off."""
+    if disabled:
+        return Choice("stock", FALLBACK_DISABLED)
+    t = table or load_table()
+    return t.lookup(device_key(device), dtype, m, k, n, bits, group_size)
+
+
+def shape_name(k: int, n: int, table: Table | None = None) -> str | None:
+    t = table or load_table()
+    for name, kn in t.shapes.items():
+        if kn == (k, n):
+            return name
+    return None
