@@ -29,3 +29,15 @@ def ulps(values: np.ndarray, reference: np.ndarray, dtype: str) -> np.ndarray:
 def max_ulp_at(values: np.ndarray, dtype: str) -> float:
     """One ulp at the largest output magnitude: the smallest deviation a rounding flip makes."""
     return float(ulp(np.max(np.abs(values)), dtype))
+
+
+def scaled_ulps(values: np.ndarray, reference: np.ndarray, abs_scale: np.ndarray,
+                dtype: str) -> np.ndarray:
+    """Error in ulps at the dot product's own scale ``sum_k |x_k * w_k|``.
+
+    Where the output cancels to near zero its own ulp is tiny, yet any float32 accumulation or
+    operand rounding errs in proportion to the terms summed, not to their sum. This is the
+    scale at which a kernel's rounding is honestly judged for such elements.
+    """
+    ref = np.asarray(reference, dtype=np.float64)
+    return np.abs(np.asarray(values, dtype=np.float64) - ref) / ulp(abs_scale, dtype)
