@@ -53,9 +53,11 @@ def qweights_of(layer: nn.QuantizedLinear) -> QWeights:
 class VerifyQuantizedLinear(nn.Module):
     """A target projection whose verify passes run the tuned kernel for this device."""
 
-    def __init__(self, layer: nn.QuantizedLinear, op: str, device: DeviceIdentity):
+    def __init__(self, layer: nn.QuantizedLinear, op: str, device: DeviceIdentity,
+                 columns_of: int | None = None):
         super().__init__()
         self.qw = qweights_of(layer)
+        self.columns_of = columns_of  # full N when the layer holds a column slice (suites)
         self.bias = layer.get("bias") if "bias" in layer else None
         self.op = op
         self.device = device
@@ -66,7 +68,8 @@ class VerifyQuantizedLinear(nn.Module):
         x2 = x.reshape(-1, k)
         forced = None if x.dtype in VERIFY_DTYPES else Choice("stock", FALLBACK_DTYPE)
         y = quantized_matmul(x2, self.qw, self.device, op=self.op,
-                             disabled=not custom_verifier_enabled(), choice=forced)
+                             disabled=not custom_verifier_enabled(), choice=forced,
+                             columns_of=self.columns_of)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*lead, self.qw.n)
@@ -82,9 +85,10 @@ class DraftQuantizedLinear(nn.Module):
     BLOCK = 8
 
     def __init__(self, layer: nn.QuantizedLinear, op: str, device: DeviceIdentity,
-                 activation_dtype: mx.Dtype):
+                 activation_dtype: mx.Dtype, columns_of: int | None = None):
         super().__init__()
         self.qw = qweights_of(layer)
+        self.columns_of = columns_of
         self.bias = layer.get("bias") if "bias" in layer else None
         self.op = op
         self.device = device
@@ -98,9 +102,10 @@ class DraftQuantizedLinear(nn.Module):
         if rows < self.BLOCK:
             pad = mx.zeros((self.BLOCK - rows, k), dtype=x2.dtype)
             y = quantized_matmul(mx.concatenate([x2, pad]), self.qw, self.device,
-                                 op=self.op)[:rows]
+                                 op=self.op, columns_of=self.columns_of)[:rows]
         else:
-            y = quantized_matmul(x2, self.qw, self.device, op=self.op)
+            y = quantized_matmul(x2, self.qw, self.device, op=self.op,
+                                 columns_of=self.columns_of)
         y = y.astype(x.dtype)
         if self.bias is not None:
             y = y + self.bias

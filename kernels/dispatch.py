@@ -40,24 +40,28 @@ def run_variant(name: str, x: mx.array, qw: QWeights, params: dict,
     return variant.portable(x, qw, {**variant.DEFAULTS, **params})
 
 
-def choose(x: mx.array, qw: QWeights, device: DeviceIdentity, *, disabled: bool = False
-           ) -> Choice:
+def choose(x: mx.array, qw: QWeights, device: DeviceIdentity, *, disabled: bool = False,
+           columns_of: int | None = None) -> Choice:
+    """``columns_of``: the projection's full N when ``qw`` holds a slice of its columns (suites
+    on CPU hosts), so the selection is the production shape's."""
     m = x.shape[0]
-    return select(device, dtype_name(x.dtype), m, qw.k, qw.n, qw.bits, qw.group_size,
-                  disabled=disabled)
+    return select(device, dtype_name(x.dtype), m, qw.k, columns_of or qw.n, qw.bits,
+                  qw.group_size, disabled=disabled)
 
 
 def quantized_matmul(x: mx.array, qw: QWeights, device: DeviceIdentity, *, op: str = "linear",
-                     disabled: bool = False, choice: Choice | None = None) -> mx.array:
+                     disabled: bool = False, choice: Choice | None = None,
+                     columns_of: int | None = None) -> mx.array:
     """y (M, N) = x (M, K) @ W^T through the selected kernel; the selection is reported.
 
     ``choice`` overrides the table for callers that know better (a target wrapper given fp32
     activations is not a verify pass); it is reported like any other selection.
     """
+    n = columns_of or qw.n
     if disabled:
-        choice = select(device, dtype_name(x.dtype), x.shape[0], qw.k, qw.n, disabled=True)
+        choice = choose(x, qw, device, disabled=True)
     elif choice is None:
-        choice = choose(x, qw, device)
-    report(Selection(op, dtype_name(x.dtype), x.shape[0], qw.k, qw.n, choice.variant,
+        choice = choose(x, qw, device, columns_of=n)
+    report(Selection(op, dtype_name(x.dtype), x.shape[0], qw.k, n, choice.variant,
                      choice.reason))
     return run_variant(choice.variant, x, qw, choice.params, device)

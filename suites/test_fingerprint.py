@@ -2,8 +2,8 @@
 the sha256 of the float32 output bytes per (kernel, shape, dtype) against per-arch goldens.
 
 Goldens live in ``fingerprints.json`` under the device's golden key (``applegpu_g13s`` for a real
-M1 Max, ``applegpu_g13s/emulated`` for its emulation, ``cpu/<chip>`` for a plain CPU host). A
-missing golden is recorded (``golden_missing`` = 1), not failed. Regenerate for this device:
+M1 Max, ``applegpu_g13s/emulated on <host chip>`` for its emulation, ``cpu/<chip>`` for a plain
+CPU host). A missing golden is recorded (``golden_missing`` = 1), not failed. Regenerate for this device:
 
     FARM_UPDATE_GOLDENS=1 pytest suites/test_fingerprint.py [--device-arch ARCH]
 """
@@ -26,9 +26,11 @@ IDS = [f"m{m}-{op}-{dt}" for op, dt, m in CASES]
 
 
 def golden_key(dev) -> str:
-    if dev.emulated:
-        return f"{dev.arch}/emulated"
-    return f"cpu/{dev.chip}" if dev.backend == "cpu" else dev.arch
+    """A real GPU's digests are its architecture's; CPU arithmetic (plain or emulated) also
+    depends on the host's float32 matmul, so the host chip is part of the key."""
+    if dev.emulated or dev.backend == "cpu":
+        return f"{dev.arch}/{dev.chip}"
+    return dev.arch
 
 
 def _load() -> dict:
