@@ -28,7 +28,9 @@ def _register() -> None:
 def main() -> None:
     _register()
     try:
-        app(standalone_mode=False)
+        # standalone_mode=False returns an Exit's code instead of exiting: pass it on.
+        rc = app(standalone_mode=False)
+        sys.exit(rc if isinstance(rc, int) else 0)
     except FarmError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)
@@ -41,6 +43,13 @@ def main() -> None:
         typer.echo("aborted", err=True)
         sys.exit(130)
     except Exception as e:  # click usage errors and the like
+        if isinstance(e, typer.TyperException) and hasattr(e, "format_message"):
+            # typer >= 0.22 vendors click (typer._click): its usage errors are not click's.
+            if type(e).__name__ == "NoArgsIsHelpError":  # a bare group: its help, not an error
+                typer.echo(e.format_message(), err=True)
+            else:
+                typer.echo(f"error: {e.format_message()}", err=True)
+            sys.exit(getattr(e, "exit_code", None) or EXIT_USAGE)
         import click
 
         if isinstance(e, click.exceptions.ClickException):

@@ -1,0 +1,75 @@
+"""Engines for the history: SQLite tuned for several concurrent writers, any other URL as is.
+
+SQLite runs in WAL mode with a busy timeout, and every write transaction begins with
+``BEGIN IMMEDIATE``: a deferred transaction that reads then writes can fail at once with
+"database is locked" (the busy handler cannot help a read lock that must upgrade), an immediate
+one waits for the writer lock instead. Read-only engines open the file with ``mode=ro`` and
+``PRAGMA query_only``, so writes are refused by SQLite itself.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+from urllib.parse import quote
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import Engine
+
+from db.location import Location
+
+BUSY_TIMEOUT_MS = 60_000
+Mode = Literal["write", "read", "query"]
+
+
+def make_engine(loc: Location, mode: Mode = "write") -> Engine:
+    """``write``: the farm's and ingestion's engine; ``read``: listings (no writer lock taken);
+    ``query``: user SQL, refused any write by the database itself."""
+    readonly = mode == "query"
+    if not loc.is_sqlite:
+        return _server_engine(loc, readonly=readonly)
+    if readonly:
+        uri = "file:" + quote(str(loc.path))
+        url = loc.url.set(database=uri, query={"mode": "ro", "uri": "true"})
+    else:
+        url = loc.url
+    # A small pool: the connect-time pragmas run once per connection, not once per transaction.
+    engine = create_engine(url, pool_size=2, max_overflow=4)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves (below)
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if readonly:
+            cur.execute("PRAGMA query_only = ON")
+        elif mode == "write":
+            cur.execute("PRAGMA journal_mode = WAL")
+            cur.execute("PRAGMA synchronous = NORMAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if mode == "write" else "BEGIN")
+
+    return engine
+
+
+def _server_engine(loc: Location, *, readonly: bool) -> Engine:
+    engine = create_engine(loc.url, pool_pre_ping=True)
+    if readonly and engine.dialect.name == "postgresql":
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn, _record) -> None:
+            # Every transaction of this session defaults to read-only, not only the first.
+            cur = dbapi_conn.cursor()
+            cur.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+            cur.close()
+            dbapi_conn.commit()
+
+    if readonly:
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn) -> None:
+            # Enforced by the server: any write in this transaction fails.
+            conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+
+    return engine

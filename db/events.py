@@ -1,0 +1,152 @@
+"""From the JSONL results stream (docs/CONTRACTS.md) to table rows, tolerantly.
+
+Consumers must ignore unknown keys and types, so every field is read with a default and a wrong
+type degrades to ``None`` rather than failing a whole batch: losing one malformed measurement is
+better than losing a device's results.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+CATEGORIES = (
+    "expected_pass",
+    "expected_fail",
+    "unexpected_fail",
+    "unexpected_pass",
+    "crashed",
+    "skipped",
+)
+FAILING_OUTCOMES = ("failed", "error", "crashed", "timeout")
+
+DEVICE_FIELDS = ("arch", "generation", "size", "chip", "host", "os", "mlx_version", "emulated")
+
+
+def _str(v: Any, default: str | None = None) -> str | None:
+    if v is None:
+        return default
+    return v if isinstance(v, str) else str(v)
+
+
+def _float(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
+        return int(v)
+    return None
+
+
+def _dicts(v: Any) -> list[dict]:
+    return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
+
+
+def device_row(device: dict, host: str | None, os_name: str | None) -> dict:
+    """A devices-table row; its keys are stable hashes of what can change a device's results."""
+    d = device if isinstance(device, dict) else {}
+    row = {
+        "arch": _str(d.get("arch"), "unknown"),
+        "generation": _int(d.get("generation")),
+        "size": _str(d.get("size")),
+        "chip": _str(d.get("chip"), ""),
+        "backend": _str(d.get("backend"), ""),
+        "host": _str(host, ""),
+        "os": _str(os_name, ""),
+        "mlx_version": _str(d.get("mlx_version"), ""),
+        "emulated": bool(d.get("emulated", False)),
+    }
+    row["variant_key"] = _key(row, DEVICE_FIELDS)
+    row["lineage_key"] = _key(row, tuple(f for f in DEVICE_FIELDS if f != "mlx_version"))
+    return row
+
+
+def _key(row: dict, fields: tuple[str, ...]) -> str:
+    blob = json.dumps([row[f] for f in fields], separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def category_of(outcome: str, expectation: dict) -> str:
+    """The reported category, or one derived from the outcome when the stream carries none."""
+    given = expectation.get("category")
+    if isinstance(given, str) and given in CATEGORIES:
+        return given
+    if outcome in ("crashed", "timeout"):
+        return "crashed"
+    if outcome == "skipped":
+        return "skipped"
+    expected = expectation.get("expected")
+    failed = outcome in FAILING_OUTCOMES
+    if expected == "fail":
+        return "expected_fail" if failed else "unexpected_pass"
+    return "unexpected_fail" if failed else "expected_pass"
+
+
+@dataclass
+class ResultRows:
+    """One result event as rows: the result, and its children waiting for the result's id."""
+
+    result: dict
+    measurements: list[dict] = field(default_factory=list)
+    selections: list[dict] = field(default_factory=list)
+    fingerprints: list[dict] = field(default_factory=list)
+
+
+def result_rows(job_id: int, ev: dict) -> ResultRows | None:
+    nodeid = _str(ev.get("nodeid"))
+    if not nodeid:
+        return None
+    outcome = _str(ev.get("outcome"), "error")
+    exp = ev.get("expectation") if isinstance(ev.get("expectation"), dict) else {}
+    test_id = _str(ev.get("test_id")) or nodeid.split("[", 1)[0]
+    params = _str(ev.get("params"))
+    if params is None:
+        params = nodeid[len(test_id) + 1 : -1] if nodeid.startswith(test_id + "[") else ""
+    rows = ResultRows(
+        {
+            "job_id": job_id,
+            "nodeid": nodeid,
+            "test_id": test_id,
+            "params": params,
+            "outcome": outcome,
+            "category": category_of(outcome, exp),
+            "expected": _str(exp.get("expected")),
+            "link": _str(exp.get("link")),
+            "reason": _str(exp.get("reason")),
+            "duration": _float(ev.get("duration")),
+            "message": _str(ev.get("message"), ""),
+            "time": _float(ev.get("time")),
+        }
+    )
+    for m in _dicts(ev.get("measurements")):
+        if name := _str(m.get("name")):
+            rows.measurements.append(
+                {"name": name, "value": _float(m.get("value")), "unit": _str(m.get("unit")),
+                 "bound": _float(m.get("bound"))}
+            )
+    for s in _dicts(ev.get("selections")):
+        shape = [_int(s.get(k)) for k in ("M", "K", "N")]
+        op, variant = _str(s.get("op")), _str(s.get("variant"))
+        if op and variant and None not in shape:
+            rows.selections.append(
+                {"op": op, "dtype": _str(s.get("dtype"), ""), "M": shape[0], "K": shape[1],
+                 "N": shape[2], "variant": variant, "reason": _str(s.get("reason"))}
+            )
+    for f in _dicts(ev.get("fingerprints")):
+        key, digest = _str(f.get("key")), _str(f.get("digest"))
+        if key and digest:
+            rows.fingerprints.append({"key": key, "digest": digest})
+    return rows

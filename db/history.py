@@ -1,0 +1,312 @@
+"""The history library: open (migrating), and the writes the farm makes while a run goes on.
+
+Every write is one short transaction; results arrive in batches through Core bulk inserts, each
+batch committed as it arrives, so a crash of the writer loses nothing already received.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Self
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
+
+from db import models as m
+from db.engine import make_engine
+from db.errors import EXIT_INFRA, EXIT_USAGE, FarmError
+from db.events import ResultRows, device_row, result_rows
+from db.location import Location, resolve
+from db.migrate import upgrade
+
+# A run whose heartbeat is older than this when the history is opened for writing is aborted.
+STALE_AFTER_S = 900.0
+RUN_STATUSES = ("running", "passed", "failed", "incomplete", "aborted")
+JOB_STATUSES = ("running", "passed", "failed", "lost", "crashed", "timeout", "error")
+
+
+def new_run_id(now: float) -> str:
+    """Sortable by time, unique across concurrent writers, short enough to type a prefix of."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime(now)) + "-" + secrets.token_hex(3)
+
+
+class History:
+    """One history database. ``engine`` writes (or reads, when opened with ``write=False``)."""
+
+    def __init__(self, loc: Location, engine: Engine, *, writable: bool):
+        self.location = loc
+        self.engine = engine
+        self.writable = writable
+        self._query_engine: Engine | None = None
+
+    def __repr__(self) -> str:
+        return f"History({self.location.describe()!r})"
+
+    def close(self) -> None:
+        self.engine.dispose()
+        if self._query_engine is not None:
+            self._query_engine.dispose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def query_engine(self) -> Engine:
+        """An engine on which the database itself refuses every write (for `farm query`)."""
+        if self._query_engine is None:
+            self._query_engine = make_engine(self.location, "query")
+        return self._query_engine
+
+    # -- runs -----------------------------------------------------------------------------------
+
+    def start_run(
+        self, suite: str, selector: str, revision: dict | None, *, started: float | None = None
+    ) -> str:
+        now = time.time() if started is None else started
+        rev = revision or {}
+        run_id = new_run_id(now)
+        with self._tx() as c:
+            c.execute(
+                insert(m.runs),
+                {
+                    "id": run_id,
+                    "suite": suite or "",
+                    "selector": selector or "",
+                    "git_sha": rev.get("git_sha") or rev.get("sha"),
+                    "dirty": None if rev.get("dirty") is None else bool(rev.get("dirty")),
+                    "tree_hash": rev.get("tree_hash"),
+                    "started": now,
+                    "finished": None,
+                    "status": "running",
+                    "heartbeat": now,
+                },
+            )
+        return run_id
+
+    def heartbeat(self, run_id: str) -> None:
+        with self._tx() as c:
+            c.execute(update(m.runs).where(m.runs.c.id == run_id).values(heartbeat=time.time()))
+
+    def finish_run(self, run_id: str, status: str) -> None:
+        _check(status, RUN_STATUSES, "run status")
+        now = time.time()
+        with self._tx() as c:
+            self._require_run(c, run_id)
+            c.execute(
+                update(m.runs).where(m.runs.c.id == run_id)
+                .values(status=status, finished=now, heartbeat=now)
+            )
+
+    # -- jobs -----------------------------------------------------------------------------------
+
+    def add_job(
+        self,
+        run_id: str,
+        device: dict,
+        host: str | None = None,
+        os: str | None = None,
+        node_id: str | None = None,
+    ) -> int:
+        row = device_row(device, host, os)
+        with self._tx() as c:
+            self._require_run(c, run_id)
+            device_id = self._device_id(c, row)
+            return c.execute(
+                insert(m.jobs).returning(m.jobs.c.id),
+                {"run_id": run_id, "device_id": device_id, "node_id": node_id, "attempts": 1,
+                 "status": "running", "error": None, "started": time.time(), "finished": None},
+            ).scalar_one()
+
+    def _device_id(self, c: Connection, row: dict) -> int:
+        q = select(m.devices.c.id).where(m.devices.c.variant_key == row["variant_key"])
+        found = c.execute(q).scalar()
+        if found is not None:
+            return found
+        try:
+            with c.begin_nested():
+                return c.execute(insert(m.devices).returning(m.devices.c.id), row).scalar_one()
+        except IntegrityError:  # another writer registered the same device first
+            return c.execute(q).scalar_one()
+
+    def ingest_events(self, job_id: int, events: Iterable[dict]) -> int:
+        """Write one batch of JSONL objects in one transaction; returns the results written.
+
+        Only ``result`` objects carry rows; other types (and unknown ones) are accepted and
+        ignored. The run's heartbeat moves with every batch.
+        """
+        batch = [r for ev in events if isinstance(ev, dict) and ev.get("type") == "result"
+                 if (r := result_rows(job_id, ev)) is not None]
+        with self._tx() as c:
+            run_id = c.execute(select(m.jobs.c.run_id).where(m.jobs.c.id == job_id)).scalar()
+            if run_id is None:
+                raise FarmError(f"unknown job {job_id}: add it with add_job first", EXIT_USAGE)
+            if batch:
+                _insert_results(c, batch)
+            c.execute(update(m.runs).where(m.runs.c.id == run_id).values(heartbeat=time.time()))
+        return len(batch)
+
+    def finish_job(
+        self, job_id: int, status: str, error: str | None = None, attempts: int = 1
+    ) -> None:
+        _check(status, JOB_STATUSES, "job status")
+        with self._tx() as c:
+            done = c.execute(
+                update(m.jobs).where(m.jobs.c.id == job_id)
+                .values(status=status, error=error, attempts=attempts, finished=time.time())
+            )
+            if done.rowcount == 0:
+                raise FarmError(f"unknown job {job_id}", EXIT_USAGE)
+
+    # -- verdicts (for writers that have no status of their own, e.g. a local pytest run) --------
+
+    def job_verdict(self, job_id: int) -> str:
+        """``failed`` when any result is an unexpected failure or a crash, else ``passed``."""
+        with self.engine.connect() as c:
+            bad = c.execute(
+                select(func.count()).select_from(m.results).where(
+                    m.results.c.job_id == job_id,
+                    m.results.c.category.in_(("unexpected_fail", "crashed")),
+                )
+            ).scalar_one()
+        return "failed" if bad else "passed"
+
+    def run_verdict(self, run_id: str) -> str:
+        """A run's status from its jobs: any lost job makes it incomplete, any failure failed."""
+        with self.engine.connect() as c:
+            statuses = set(c.execute(select(m.jobs.c.status).where(m.jobs.c.run_id == run_id))
+                           .scalars())
+        if not statuses or statuses & {"lost", "running"}:
+            return "incomplete"
+        return "passed" if statuses == {"passed"} else "failed"
+
+    # -- baselines ------------------------------------------------------------------------------
+
+    def set_baseline(self, run_id: str, variant_keys: Iterable[str]) -> list[str]:
+        keys = sorted(set(variant_keys))
+        now = time.time()
+        with self._tx() as c:
+            self._require_run(c, run_id)
+            c.execute(m.baselines.delete().where(m.baselines.c.variant_key.in_(keys)))
+            if keys:
+                c.execute(insert(m.baselines),
+                          [{"variant_key": k, "run_id": run_id, "set_at": now} for k in keys])
+        return keys
+
+    # -- housekeeping ---------------------------------------------------------------------------
+
+    def abort_stale_runs(self, stale_after: float = STALE_AFTER_S) -> list[str]:
+        """Mark ``running`` runs whose writer stopped beating as ``aborted`` (their jobs lost)."""
+        cutoff = time.time() - stale_after
+        with self._tx() as c:
+            stale = list(c.execute(select(m.runs.c.id).where(
+                m.runs.c.status == "running", m.runs.c.heartbeat < cutoff)).scalars())
+            if stale:
+                c.execute(update(m.runs).where(m.runs.c.id.in_(stale))
+                          .values(status="aborted", finished=m.runs.c.heartbeat))
+                c.execute(update(m.jobs).where(m.jobs.c.run_id.in_(stale),
+                                               m.jobs.c.status == "running")
+                          .values(status="lost", error="writer stopped: run aborted"))
+        return stale
+
+    def _tx(self):
+        if not self.writable:
+            raise FarmError("this history was opened read-only", EXIT_USAGE)
+        return self.engine.begin()
+
+    @staticmethod
+    def _require_run(c: Connection, run_id: str) -> None:
+        if c.execute(select(m.runs.c.id).where(m.runs.c.id == run_id)).scalar() is None:
+            raise FarmError(f"unknown run {run_id!r}: see `farm runs`", EXIT_USAGE)
+
+
+def _insert_results(c: Connection, batch: list[ResultRows]) -> None:
+    ids = c.execute(
+        insert(m.results).returning(m.results.c.id, sort_by_parameter_order=True),
+        [r.result for r in batch],
+    ).scalars().all()
+    for table, attr in ((m.measurements, "measurements"), (m.selections, "selections"),
+                        (m.fingerprints, "fingerprints")):
+        rows = [{**child, "result_id": rid} for r, rid in zip(batch, ids, strict=True)
+                for child in getattr(r, attr)]
+        if rows:
+            c.execute(insert(table), rows)
+
+
+def _check(value: str, allowed: tuple[str, ...], what: str) -> None:
+    if value not in allowed:
+        raise FarmError(f"bad {what} {value!r}: one of {', '.join(allowed)}", EXIT_USAGE)
+
+
+def open_history(
+    url_or_path: str | os.PathLike | None = None,
+    *,
+    write: bool = True,
+    stale_after: float = STALE_AFTER_S,
+) -> History:
+    """Open (creating and migrating) the history; ``write=False`` for listings and queries.
+
+    Every failure a user can cause -- a file that is not a database, a path that cannot be
+    created, a schema newer than this code, an unreachable server -- is one ``FarmError`` line.
+    """
+    loc = resolve(url_or_path)
+    where = loc.describe()
+    if loc.is_sqlite:
+        _prepare_file(loc.path, write=write)
+    try:
+        read_engine, write_engine = make_engine(loc, "read"), make_engine(loc, "write")
+        upgrade(read_engine, write_engine, where)
+        if not write:
+            write_engine.dispose()
+            return History(loc, read_engine, writable=False)
+        read_engine.dispose()
+        h = History(loc, write_engine, writable=True)
+        h.abort_stale_runs(stale_after)
+        return h
+    except FarmError:
+        raise
+    except (DBAPIError, SQLAlchemyError) as e:
+        raise FarmError(_explain(e, where), _exit_code(e, loc)) from None
+
+
+def _prepare_file(path: Path, *, write: bool) -> None:
+    if path.is_dir():
+        raise FarmError(f"history path {path} is a directory: give a file path", EXIT_USAGE)
+    if not path.exists():
+        if not write:
+            raise FarmError(
+                f"no history at {path} yet: record one with `farm run` or "
+                f"`pytest suites --farm-db {path}`", EXIT_USAGE)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise FarmError(f"cannot create the history at {path}: {e.strerror or e}",
+                            EXIT_USAGE) from None
+    elif path.stat().st_size >= 16:
+        with open(path, "rb") as f:
+            if f.read(16) != b"SQLite format 3\x00":
+                raise FarmError(f"{path} is not a SQLite database: point --db at a history "
+                                f"file or move it away", EXIT_USAGE)
+
+
+def _explain(e: Exception, where: str) -> str:
+    orig = getattr(e, "orig", None) or e
+    text = " ".join(str(orig).split()) or type(orig).__name__
+    if "not a database" in text or "malformed" in text:
+        return f"{where} is not a usable SQLite database ({text}): point --db elsewhere"
+    if "unable to open" in text or "readonly" in text or "read-only" in text:
+        return f"cannot write the history at {where} ({text}): check the path and permissions"
+    return f"cannot open the history at {where}: {text[:300]}"
+
+
+def _exit_code(e: Exception, loc: Location) -> int:
+    # A server that does not answer is infrastructure; a bad local file is the user's to fix.
+    if not loc.is_sqlite and isinstance(e, OperationalError):
+        return EXIT_INFRA
+    return EXIT_USAGE

@@ -1,0 +1,107 @@
+"""Recording a results file (JSONL, docs/CONTRACTS.md) from a device outside the cluster.
+
+Each ``session_start`` opens a job on the device it names; results are written in batches, each
+batch its own transaction. A truncated last line (the writer died mid-line) or a line that is
+not JSON is skipped, not fatal: everything readable is kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from db.errors import EXIT_USAGE, FarmError
+from db.history import History
+
+BATCH = 500
+
+
+def read_jsonl(path: Path) -> Iterator[dict]:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                yield obj
+
+
+def ingest_jsonl(h: History, path: str | os.PathLike, *, suite: str | None = None) -> str:
+    """Record one results file as one run; returns the run id."""
+    p = Path(path)
+    try:
+        events: Iterable[dict] = list(read_jsonl(p))
+    except OSError as e:
+        raise FarmError(f"cannot read {p}: {e.strerror or e}", EXIT_USAGE) from None
+    starts = [e for e in events if e.get("type") == "session_start"]
+    if not starts:
+        raise FarmError(f"{p} has no session_start line: not a results stream from "
+                        f"`pytest --results-jsonl`", EXIT_USAGE)
+    first = starts[0]
+    device = first.get("device") if isinstance(first.get("device"), dict) else {}
+    revision = first.get("revision") if isinstance(first.get("revision"), dict) else None
+    started = first.get("time") if isinstance(first.get("time"), (int, float)) else None
+    run_id = h.start_run(suite or str(first.get("suite") or p.stem), str(device.get("arch", "")),
+                         revision, started=started)
+    writer = JobWriter(h, run_id)
+    for ev in events:
+        writer.feed(ev)
+    writer.close()
+    h.finish_run(run_id, h.run_verdict(run_id))
+    return run_id
+
+
+class JobWriter:
+    """Feeds events to the history job by job, flushing every ``batch`` results.
+
+    Shared by file ingestion and the pytest plugin: a session_start opens a job, a
+    session_finish closes it with its verdict, and a session that never finished is ``lost``.
+    """
+
+    def __init__(self, h: History, run_id: str, batch: int = BATCH):
+        self.h, self.run_id, self.batch = h, run_id, batch
+        self.job_id: int | None = None
+        self.pending: list[dict] = []
+
+    def feed(self, ev: dict) -> None:
+        kind = ev.get("type")
+        if kind == "session_start":
+            self._close_job("lost")
+            dev = ev.get("device") if isinstance(ev.get("device"), dict) else {}
+            self.job_id = self.h.add_job(self.run_id, dev, _s(ev.get("host")), _s(ev.get("os")),
+                                         _s(ev.get("node_id")))
+        elif kind == "result" and self.job_id is not None:
+            self.pending.append(ev)
+            if len(self.pending) >= self.batch:
+                self.flush()
+        elif kind == "session_finish" and self.job_id is not None:
+            self.flush()
+            self._close_job(None)
+
+    def flush(self) -> None:
+        if self.job_id is not None and self.pending:
+            self.h.ingest_events(self.job_id, self.pending)
+        self.pending = []
+
+    def close(self) -> None:
+        """End of stream: a job still open never saw its session_finish."""
+        self._close_job("lost")
+
+    def _close_job(self, status: str | None) -> None:
+        if self.job_id is None:
+            return
+        self.flush()
+        verdict = self.h.job_verdict(self.job_id)
+        self.h.finish_job(self.job_id, status or verdict,
+                          error="session ended without session_finish" if status else None)
+        self.job_id = None
+
+
+def _s(v: object) -> str | None:
+    return None if v is None else str(v)

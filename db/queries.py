@@ -1,0 +1,258 @@
+"""Questions asked of the history: runs, one run's matrix, one test's series, user SQL.
+
+Each returns plain JSON-able data; the CLI renders it (rich table or ``--json``). Device
+filters are predicates over a device dict, so selector grammar stays in `dflash2.device`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from db import models as m
+from db.errors import EXIT_USAGE, FarmError
+from db.events import CATEGORIES
+from db.history import History
+
+DeviceFilter = Callable[[dict], bool]
+DEVICE_COLUMNS = ("id", "variant_key", "lineage_key", "arch", "generation", "size", "chip",
+                  "backend", "host", "os", "mlx_version", "emulated")
+
+
+def device_label(d: dict) -> str:
+    """What a person reads in a column header: arch, emulation always visible, and host."""
+    label = d["arch"] + (" (emulated)" if d["emulated"] else "")
+    return f"{label} @{d['host']}" if d.get("host") else label
+
+
+def devices(h: History) -> dict[int, dict]:
+    with h.engine.connect() as c:
+        rows = c.execute(select(*(m.devices.c[k] for k in DEVICE_COLUMNS))).mappings().all()
+    out = {}
+    for r in rows:
+        d = dict(r)
+        d["emulated"] = bool(d["emulated"])
+        d["label"] = device_label(d)
+        out[d["id"]] = d
+    return out
+
+
+def resolve_run(h: History, ref: str | None) -> str:
+    """A run id from an exact id, a unique prefix, or ``latest`` / nothing for the newest run."""
+    with h.engine.connect() as c:
+        if not ref or ref in ("latest", "last"):
+            run_id = c.execute(select(m.runs.c.id).order_by(m.runs.c.started.desc(),
+                                                            m.runs.c.id.desc()).limit(1)).scalar()
+            if run_id is None:
+                raise FarmError("the history has no runs yet: record one with `farm run`",
+                                EXIT_USAGE)
+            return run_id
+        if c.execute(select(m.runs.c.id).where(m.runs.c.id == ref)).scalar() is not None:
+            return ref
+        like = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        found = list(c.execute(select(m.runs.c.id).where(m.runs.c.id.like(like, escape="\\"))
+                               .limit(3)).scalars())
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise FarmError(f"unknown run {ref!r}: see `farm runs`", EXIT_USAGE)
+    raise FarmError(f"run prefix {ref!r} is ambiguous ({', '.join(found[:2])}, ...): "
+                    f"give more characters", EXIT_USAGE)
+
+
+def _counts(c, job_ids: list[int]) -> dict[int, dict[str, int]]:
+    out: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(CATEGORIES, 0))
+    if not job_ids:
+        return out
+    q = (select(m.results.c.job_id, m.results.c.category, func.count())
+         .where(m.results.c.job_id.in_(job_ids))
+         .group_by(m.results.c.job_id, m.results.c.category))
+    for job_id, cat, n in c.execute(q):
+        out[job_id][cat] = out[job_id].get(cat, 0) + n
+    return out
+
+
+def _run_dict(r: Any) -> dict:
+    return {"id": r.id, "suite": r.suite, "selector": r.selector, "status": r.status,
+            "started": r.started, "finished": r.finished, "heartbeat": r.heartbeat,
+            "git_sha": r.git_sha, "dirty": None if r.dirty is None else bool(r.dirty),
+            "tree_hash": r.tree_hash}
+
+
+def list_runs(h: History, *, suite: str | None = None, device: DeviceFilter | None = None,
+              limit: int = 20) -> list[dict]:
+    devs = devices(h)
+    with h.engine.connect() as c:
+        q = select(m.runs).order_by(m.runs.c.started.desc(), m.runs.c.id.desc())
+        if suite:
+            q = q.where(m.runs.c.suite == suite)
+        if device is not None:
+            wanted = [i for i, d in devs.items() if device(d)]
+            q = q.where(m.runs.c.id.in_(select(m.jobs.c.run_id)
+                                        .where(m.jobs.c.device_id.in_(wanted))))
+        runs = c.execute(q.limit(max(limit, 0))).all()
+        ids = [r.id for r in runs]
+        jobs = c.execute(select(m.jobs.c.id, m.jobs.c.run_id, m.jobs.c.device_id)
+                         .where(m.jobs.c.run_id.in_(ids))).all() if ids else []
+        counts = _counts(c, [j.id for j in jobs])
+    out = []
+    for r in runs:
+        d = _run_dict(r)
+        mine = [j for j in jobs if j.run_id == r.id]
+        d["devices"] = [devs[j.device_id]["label"] for j in mine]
+        total = dict.fromkeys(CATEGORIES, 0)
+        for j in mine:
+            for k, v in counts[j.id].items():
+                total[k] = total.get(k, 0) + v
+        d["counts"] = total
+        out.append(d)
+    return out
+
+
+def run_jobs(h: History, run_id: str) -> list[dict]:
+    devs = devices(h)
+    with h.engine.connect() as c:
+        jobs = c.execute(select(m.jobs).where(m.jobs.c.run_id == run_id)
+                         .order_by(m.jobs.c.id)).all()
+    return [{"id": j.id, "device": devs[j.device_id], "node_id": j.node_id,
+             "attempts": j.attempts, "status": j.status, "error": j.error,
+             "started": j.started, "finished": j.finished} for j in jobs]
+
+
+def show_run(h: History, run_id: str) -> dict:
+    """The run, its jobs, and the test x device matrix of category counts."""
+    with h.engine.connect() as c:
+        run = _run_dict(c.execute(select(m.runs).where(m.runs.c.id == run_id)).one())
+    jobs = run_jobs(h, run_id)
+    job_ids = [j["id"] for j in jobs]
+    matrix: dict[str, dict[int, dict[str, int]]] = defaultdict(dict)
+    with h.engine.connect() as c:
+        counts = _counts(c, job_ids)
+        if job_ids:
+            q = (select(m.results.c.test_id, m.results.c.job_id, m.results.c.category,
+                        func.count())
+                 .where(m.results.c.job_id.in_(job_ids))
+                 .group_by(m.results.c.test_id, m.results.c.job_id, m.results.c.category))
+            for test_id, job_id, cat, n in c.execute(q):
+                matrix[test_id].setdefault(job_id, {})[cat] = n
+    for j in jobs:
+        j["counts"] = counts[j["id"]]
+    return {"run": run, "jobs": jobs,
+            "matrix": [{"test_id": t, "cells": {str(k): v for k, v in sorted(cells.items())}}
+                       for t, cells in sorted(matrix.items())]}
+
+
+def result_details(h: History, result_ids: list[int]) -> dict[int, dict[str, list[dict]]]:
+    """Measurements, selections and fingerprints of the given results, by result id."""
+    out: dict[int, dict[str, list[dict]]] = defaultdict(
+        lambda: {"measurements": [], "selections": [], "fingerprints": []})
+    if not result_ids:
+        return out
+    with h.engine.connect() as c:
+        for name, table, cols in (
+            ("measurements", m.measurements, ("name", "value", "unit", "bound")),
+            ("selections", m.selections, ("op", "dtype", "M", "K", "N", "variant", "reason")),
+            ("fingerprints", m.fingerprints, ("key", "digest")),
+        ):
+            for chunk in _chunks(result_ids, 500):
+                q = (select(table.c.result_id, *(table.c[k] for k in cols))
+                     .where(table.c.result_id.in_(chunk)).order_by(table.c.id))
+                for row in c.execute(q):
+                    out[row[0]][name].append(dict(zip(cols, row[1:], strict=True)))
+    return out
+
+
+def _chunks(xs: list, n: int):
+    for i in range(0, len(xs), n):
+        yield xs[i:i + n]
+
+
+def run_results(h: History, run_id: str) -> list[dict]:
+    """Every result of a run with its children, device and job (for export and analysis)."""
+    jobs = {j["id"]: j for j in run_jobs(h, run_id)}
+    with h.engine.connect() as c:
+        rows = c.execute(select(m.results).where(m.results.c.job_id.in_(list(jobs)))
+                         .order_by(m.results.c.id)).mappings().all() if jobs else []
+    details = result_details(h, [r["id"] for r in rows])
+    out = []
+    for r in rows:
+        d = dict(r)
+        d.update(details[r["id"]])
+        d["device"] = jobs[r["job_id"]]["device"]
+        out.append(d)
+    return out
+
+
+def test_history(h: History, test: str, *, device: DeviceFilter | None = None,
+                 limit: int = 50) -> list[dict]:
+    """One test's outcomes and measurements over runs, newest last (a series to read down)."""
+    devs = devices(h)
+    q = (select(m.results.c.id, m.results.c.nodeid, m.results.c.params, m.results.c.outcome,
+                m.results.c.category, m.results.c.duration, m.results.c.message,
+                m.jobs.c.device_id, m.runs.c.id.label("run_id"), m.runs.c.started)
+         .join(m.jobs, m.jobs.c.id == m.results.c.job_id)
+         .join(m.runs, m.runs.c.id == m.jobs.c.run_id)
+         .where((m.results.c.test_id == test) | (m.results.c.nodeid == test))
+         .order_by(m.runs.c.started.desc(), m.results.c.id.desc()))
+    if device is not None:
+        q = q.where(m.jobs.c.device_id.in_([i for i, d in devs.items() if device(d)]))
+    with h.engine.connect() as c:
+        rows = c.execute(q.limit(max(limit, 0))).mappings().all()
+    if not rows:
+        raise FarmError(f"no results for test {test!r}"
+                        f"{' on the selected devices' if device else ''} in the history "
+                        f"(ids look like suites/test_x.py::test_name)", EXIT_USAGE)
+    details = result_details(h, [r["id"] for r in rows])
+    out = []
+    for r in reversed(rows):
+        d = {k: r[k] for k in ("run_id", "started", "nodeid", "params", "outcome", "category",
+                               "duration", "message")}
+        d["device"] = devs[r["device_id"]]["label"]
+        d["variant_key"] = devs[r["device_id"]]["variant_key"]
+        d["measurements"] = details[r["id"]]["measurements"]
+        out.append(d)
+    return out
+
+
+def run_query(h: History, sql: str) -> tuple[list[str], list[list[Any]]]:
+    """User SQL on a connection the database keeps read-only; its errors are one line.
+
+    The statement goes to the driver's own cursor without parameters, so its text is the user's
+    exactly (no bind-marker parsing: `LIKE 'a%'` works on every driver), inside the read-only
+    transaction the query engine opens, and is rolled back whatever it did.
+    """
+    try:
+        with h.query_engine().connect() as c:
+            dbapi_error = c.dialect.loaded_dbapi.Error
+            tx = c.begin()
+            cur = c.connection.dbapi_connection.cursor()
+            # psycopg: a prepared statement holds exactly one command, so `COMMIT; DELETE ...`
+            # cannot step out of the read-only transaction (sqlite3 allows one statement anyway).
+            extra = {"prepare": True} if c.dialect.driver == "psycopg" else {}
+            try:
+                cur.execute(sql, **extra)
+                if cur.description is None:
+                    return [], []
+                return [d[0] for d in cur.description], [list(r) for r in cur.fetchall()]
+            except dbapi_error as e:
+                raise FarmError(_query_error(e), EXIT_USAGE) from None
+            finally:
+                cur.close()
+                tx.rollback()
+    except (DBAPIError, SQLAlchemyError) as e:
+        raise FarmError(_query_error(e), EXIT_USAGE) from None
+
+
+def _query_error(e: Exception) -> str:
+    orig = getattr(e, "orig", None) or e
+    msg = " ".join(str(orig).split())
+    low = msg.lower()
+    if "readonly" in low or "read-only" in low or "read only" in low or "query_only" in low:
+        return f"refused: `farm query` is read-only ({msg})"
+    if "multiple commands" in low or "one statement at a time" in low:
+        return f"invalid SQL: give one statement at a time ({msg})"
+    return f"invalid SQL: {msg[:300]}"

@@ -1,0 +1,149 @@
+"""The history's schema: created from empty by the shipped migrations, matching the models,
+refusing a newer schema without writing, and every bad location reported as one line."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from db_fixtures import backends, fresh_db, record, result
+from sqlalchemy import create_engine, inspect, text
+
+from db import open_history
+from db.errors import FarmError
+from db.location import default_path, resolve
+from db.migrate import HEAD, known_revisions
+from db.models import Base
+
+TABLES = {"runs", "devices", "jobs", "results", "measurements", "selections", "fingerprints",
+          "baselines", "alembic_version"}
+
+
+@pytest.mark.parametrize("kind", backends())
+def test_migrations_from_empty_create_every_table_at_head(kind, tmp_path):
+    target = fresh_db(kind, tmp_path)
+    h = open_history(target)
+    insp = inspect(h.engine)
+    assert TABLES <= set(insp.get_table_names())
+    assert {"ix_results_nodeid", "ix_selections_shape", "ix_measurements_name_result_id"} <= {
+        ix["name"] for t in ("results", "selections", "measurements")
+        for ix in insp.get_indexes(t)}
+    with h.engine.connect() as c:
+        assert MigrationContext.configure(c).get_current_revision() == known_revisions()[0]
+        # The shipped migrations build exactly what the models describe.
+        assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
+    h.close()
+    open_history(target).close()  # a second open at head is a no-op
+
+
+@pytest.mark.parametrize("kind", backends())
+def test_newer_schema_is_refused_and_not_written(kind, tmp_path):
+    target = fresh_db(kind, tmp_path)
+    h = open_history(target)
+    record(h, [({"arch": "cpu"}, "h", [result()])])
+    with h.engine.begin() as c:
+        c.execute(text("UPDATE alembic_version SET version_num = 'f00d_from_the_future'"))
+        c.execute(text("UPDATE runs SET status = 'running', heartbeat = 0"))
+    h.close()
+    before = os.path.getmtime(target) if kind == "sqlite" else None
+    for write in (True, False):
+        with pytest.raises(FarmError) as e:
+            open_history(target, write=write)
+        msg = str(e.value)
+        assert "f00d_from_the_future" in msg and "newer" in msg and "\n" not in msg
+        assert e.value.exit_code == 2
+    # Not written: the stale run was not aborted, the file not touched.
+    eng = create_engine(resolve(target).url)
+    with eng.connect() as c:
+        assert c.execute(text("SELECT status FROM runs")).scalar() == "running"
+    eng.dispose()
+    if kind == "sqlite":
+        assert os.path.getmtime(target) == before
+
+
+def test_fast_path_head_is_the_scripts_head():
+    assert known_revisions()[0] == HEAD
+
+
+def test_sqlite_is_in_wal_mode_with_a_busy_timeout(tmp_path):
+    h = open_history(tmp_path / "h.db")
+    with h.engine.connect() as c:
+        assert c.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert c.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 10_000
+    h.close()
+
+
+@pytest.mark.parametrize("kind", backends())
+def test_stale_running_run_is_aborted_on_open_for_writing_only(kind, tmp_path):
+    target = fresh_db(kind, tmp_path)
+    h = open_history(target)
+    stale = h.start_run("s", "g13s", {}, started=time.time() - 7200)
+    job = h.add_job(stale, {"arch": "cpu"}, "h", "Linux", "n")
+    live = h.start_run("s", "g13s", {})
+    with h.engine.begin() as c:
+        c.execute(text("UPDATE runs SET heartbeat = :t WHERE id = :r"),
+                  {"t": time.time() - 3600, "r": stale})
+    h.close()
+    ro = open_history(target, write=False)
+    with ro.engine.connect() as c:
+        assert c.execute(text("SELECT status FROM runs WHERE id = :r"),
+                         {"r": stale}).scalar() == "running"
+    ro.close()
+    h = open_history(target, stale_after=600)
+    with h.engine.connect() as c:
+        status = dict(c.execute(text("SELECT id, status FROM runs")).all())
+        job_status = c.execute(text("SELECT status FROM jobs WHERE id = :j"),
+                               {"j": job}).scalar()
+    assert status == {stale: "aborted", live: "running"}
+    assert job_status == "lost"
+    h.close()
+
+
+def test_random_bytes_file_is_one_clear_line(tmp_path):
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(os.urandom(4096))
+    for write in (True, False):
+        with pytest.raises(FarmError) as e:
+            open_history(junk, write=write)
+        assert "not a SQLite database" in str(e.value) and "\n" not in str(e.value)
+        assert e.value.exit_code == 2
+    assert junk.stat().st_size == 4096
+
+
+def test_unwritable_and_missing_paths_are_one_line(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    with pytest.raises(FarmError) as e:
+        open_history(blocker / "sub" / "h.db")
+    assert "cannot create the history" in str(e.value) and e.value.exit_code == 2
+    with pytest.raises(FarmError) as e:
+        open_history(tmp_path / "absent.db", write=False)
+    assert "no history at" in str(e.value)
+    assert not (tmp_path / "absent.db").exists()
+    with pytest.raises(FarmError) as e:
+        open_history(tmp_path)
+    assert "is a directory" in str(e.value)
+
+
+def test_unreachable_server_is_an_infrastructure_error():
+    with pytest.raises(FarmError) as e:
+        open_history("postgresql+psycopg://nobody@127.0.0.1:1/none")
+    assert e.value.exit_code == 3 and "\n" not in str(e.value)
+
+
+def test_location_precedence(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("FARM_DB", raising=False)
+    if os.uname().sysname != "Darwin":
+        assert default_path() == tmp_path / "xdg" / "dflash2-farm" / "history.db"
+    assert resolve(None).path == default_path()
+    monkeypatch.setenv("FARM_DB", str(tmp_path / "env.db"))
+    assert resolve(None).path == tmp_path / "env.db"
+    assert resolve(tmp_path / "arg.db").path == tmp_path / "arg.db"
+    assert resolve(f"sqlite:///{tmp_path}/u.db").path == tmp_path / "u.db"
+    assert resolve("postgresql+psycopg://u@h/d").path is None
+    with pytest.raises(FarmError):
+        resolve("sqlite://")
