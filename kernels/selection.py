@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,8 +80,16 @@ def build_table(data: dict) -> Table:
     )
 
 
-@functools.lru_cache(maxsize=4)
+ENV_TABLE = "DFLASH2_SELECTION_TABLE"
+
+
 def load_table(path: str | None = None) -> Table:
+    """The shipped table, or ``path`` / ``DFLASH2_SELECTION_TABLE`` (a tuning run's candidate)."""
+    return _load_table(path or os.environ.get(ENV_TABLE) or None)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_table(path: str | None) -> Table:
     text = (Path(path).read_text() if path
             else (Path(__file__).parent / "selection_table.json").read_text())
     return build_table(json.loads(text))

@@ -25,6 +25,7 @@ from kernels.qweights import QWeights
 from kernels.selection import load_table
 
 CPU_N_SLICE = 128
+GPU_N_CAP = 32768  # the 248320-wide vocabulary: a float64 reference of it would be 10 GB
 HERE = Path(__file__).parent
 DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32}
 
@@ -44,7 +45,9 @@ def shape(op: str) -> tuple[int, int]:
 
 def measured_columns(n: int, dev: DeviceIdentity | None = None) -> int:
     dev = dev or device()
-    return n if dev.backend in ("metal", "cuda") and not dev.emulated else min(n, CPU_N_SLICE)
+    if dev.backend in ("metal", "cuda") and not dev.emulated:
+        return min(n, GPU_N_CAP)
+    return min(n, CPU_N_SLICE)
 
 
 @dataclass(frozen=True, eq=False)

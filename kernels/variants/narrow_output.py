@@ -11,6 +11,8 @@ from __future__ import annotations
 import mlx.core as mx
 
 from kernels.qweights import QWeights
+from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
+from kernels.variants._cuda_common import SPLIT_K_BODY
 from kernels.variants._metal_common import DEQUANT_HEADER
 from kernels.variants._portable import split_k
 
@@ -51,6 +53,11 @@ METAL_SOURCE = r"""
   }
 """
 HEADER = DEQUANT_HEADER
+
+# CUDA (sm_90): the same contract with K interleaved over the lanes (LAYOUT_CONTIGUOUS = false).
+CUDA_SOURCE = SPLIT_K_BODY
+CUDA_HEADER = _CUDA_HEADER
+CUDA_LAYOUT = "interleaved"
 
 
 def portable(x: mx.array, qw: QWeights, params: dict) -> mx.array:

@@ -13,6 +13,8 @@ from __future__ import annotations
 import mlx.core as mx
 
 from kernels.qweights import QWeights
+from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
+from kernels.variants._cuda_common import SPLIT_K_BODY
 from kernels.variants._metal_common import DEQUANT_HEADER
 from kernels.variants._portable import split_k
 
@@ -48,6 +50,13 @@ METAL_SOURCE = r"""
     }
 """
 HEADER = DEQUANT_HEADER
+
+# CUDA (sm_90): the same contract, K contiguous over the lanes of each warp; the table may add
+# k_groups > 1 (contiguous K groups, one warp each, summed in order) where N is too narrow to
+# fill the GPU. Built by kernels/cuda.py with LAYOUT_CONTIGUOUS = true.
+CUDA_SOURCE = SPLIT_K_BODY
+CUDA_HEADER = _CUDA_HEADER
+CUDA_LAYOUT = "contiguous"
 
 
 def portable(x: mx.array, qw: QWeights, params: dict) -> mx.array:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from kernels.qweights import QWeights
+from kernels.variants import scalar_kmajor
 from kernels.variants._metal_common import DEQUANT_HEADER
 from kernels.variants._portable import split_k
 
@@ -52,6 +53,10 @@ METAL_SOURCE = r"""
   }
 """
 HEADER = DEQUANT_HEADER
+# CUDA: the scalar K-major source with M_ROWS = 16 and K_GROUPS = 2 (this contract's split).
+CUDA_SOURCE = scalar_kmajor.CUDA_SOURCE
+CUDA_HEADER = scalar_kmajor.CUDA_HEADER
+CUDA_LAYOUT = "contiguous"
 
 
 def portable(x: mx.array, qw: QWeights, params: dict) -> mx.array:

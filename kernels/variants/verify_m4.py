@@ -18,6 +18,9 @@ DEFAULTS = {"n_tile": 16}
 # The scalar K-major source, instantiated with M_ROWS = 4 (the template parameter).
 METAL_SOURCE = scalar_kmajor.METAL_SOURCE
 HEADER = scalar_kmajor.HEADER
+CUDA_SOURCE = scalar_kmajor.CUDA_SOURCE
+CUDA_HEADER = scalar_kmajor.CUDA_HEADER
+CUDA_LAYOUT = "contiguous"
 
 
 def portable(x: mx.array, qw: QWeights, params: dict) -> mx.array:

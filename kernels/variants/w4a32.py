@@ -20,6 +20,9 @@ DEFAULTS = {"n_tile": 8}
 # The scalar K-major source instantiated with T = float.
 METAL_SOURCE = scalar_kmajor.METAL_SOURCE
 HEADER = scalar_kmajor.HEADER
+CUDA_SOURCE = scalar_kmajor.CUDA_SOURCE
+CUDA_HEADER = scalar_kmajor.CUDA_HEADER
+CUDA_LAYOUT = "contiguous"
 
 
 def portable(x: mx.array, qw: QWeights, params: dict) -> mx.array:

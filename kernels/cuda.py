@@ -1,0 +1,64 @@
+"""Building and launching the variants' CUDA sources with ``mx.fast.cuda_kernel`` (sm_90).
+
+One source per K layout serves every variant that shares it; the contract's parameters (rows,
+tile, K groups, layout) are template constants, so each shape compiles once and is cached by
+MLX's JIT. Nothing here runs without MLX's CUDA backend.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import mlx.core as mx
+
+from kernels.qweights import QWeights
+from kernels.variants import VARIANTS
+
+
+def has_source(name: str) -> bool:
+    return getattr(VARIANTS[name], "CUDA_SOURCE", None) is not None
+
+
+@functools.cache
+def _build(name: str):
+    v = VARIANTS[name]
+    return mx.fast.cuda_kernel(
+        name=f"dflash2_{name}",
+        input_names=["x", "w", "scales", "biases"],
+        output_names=["y"],
+        source=v.CUDA_SOURCE,
+        header=v.CUDA_HEADER,
+    )
+
+
+def vector_width(lane_words: int) -> int:
+    """Widest packed-word load (4, 2 or 1 words) that tiles a lane's share of K."""
+    return next(vec for vec in (4, 2, 1) if lane_words % vec == 0)
+
+
+def launch(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
+    v = VARIANTS[name]
+    p = {**v.DEFAULTS, **params}
+    xin = x.astype(mx.float32) if name == "w4a32" else x
+    m, k = xin.shape
+    n = qw.n
+    n_tile = int(p.get("n_tile", 8))
+    k_groups = int(p.get("k_groups", 1))
+    contiguous = v.CUDA_LAYOUT == "contiguous"
+    lane_words = k // 8 // k_groups // 32
+    if k % (256 * k_groups) or n % n_tile or lane_words < 1:
+        raise ValueError(f"{name}: shape ({m}, {k}) x ({k}, {n}) does not tile with {p}")
+    vec = vector_width(lane_words) if contiguous else 1
+    if qw.group_size % (8 * vec):
+        vec = 1
+    (y,) = _build(name)(
+        inputs=[xin, qw.wq, qw.scales, qw.biases],
+        template=[("T", xin.dtype), ("M_ROWS", m), ("N_TILE", n_tile), ("K_GROUPS", k_groups),
+                  ("VEC", vec), ("K", k), ("N", n), ("GS", qw.group_size),
+                  ("LAYOUT_CONTIGUOUS", contiguous)],
+        grid=((n // n_tile) * 32 * k_groups, 1, 1),
+        threadgroup=(32 * k_groups, 1, 1),
+        output_shapes=[(m, n)],
+        output_dtypes=[xin.dtype],
+    )
+    return y

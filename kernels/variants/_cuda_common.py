@@ -1,0 +1,116 @@
+"""CUDA helpers every variant's CUDA source includes (built by ``mx.fast.cuda_kernel``).
+
+MLX writes the kernel signature itself (``const <type>* name`` per input, in each array's own
+dtype) and turns template arguments into ``constexpr int`` / ``using`` lines at the top of the
+body, so the sources below only name inputs (x, w, scales, biases), the output (y) and the
+template constants.
+"""
+
+CUDA_HEADER = r"""
+// Eight consecutive activations as float32: one 16-byte load for 2-byte types, two for float.
+template <typename T>
+__device__ __forceinline__ void dflash2_load8(const T* p, float out[8]) {
+  if constexpr (sizeof(T) == 2) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const T* h = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) out[j] = static_cast<float>(h[j]);
+  } else {
+    const float4 a = reinterpret_cast<const float4*>(p)[0];
+    const float4 b = reinterpret_cast<const float4*>(p)[1];
+    out[0] = a.x; out[1] = a.y; out[2] = a.z; out[3] = a.w;
+    out[4] = b.x; out[5] = b.y; out[6] = b.z; out[7] = b.w;
+  }
+}
+
+// VEC packed words (8 four-bit values each) of one weight row, in one load.
+template <int VEC>
+__device__ __forceinline__ void dflash2_load_words(const uint32_t* p, uint32_t out[VEC]) {
+  if constexpr (VEC == 4) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
+  } else if constexpr (VEC == 2) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    out[0] = v.x; out[1] = v.y;
+  } else {
+    out[0] = p[0];
+  }
+}
+
+// The butterfly simd_sum of the contract: offsets 16, 8, 4, 2, 1, then lane 0's value (the
+// association order of the portable form) broadcast to the warp.
+__device__ __forceinline__ float dflash2_lane0_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return __shfl_sync(0xffffffffu, v, 0);
+}
+"""
+
+# The split-K body shared by both K layouts. LAYOUT_CONTIGUOUS selects which words a lane owns.
+# Constants: M_ROWS, N_TILE, K_GROUPS, VEC, K, N, GS, LAYOUT_CONTIGUOUS; type T (activation).
+# One block per N_TILE output columns, K_GROUPS warps each reducing a contiguous K group.
+SPLIT_K_BODY = r"""
+  constexpr int WORDS = K / 8;
+  constexpr int GROUP_WORDS = WORDS / K_GROUPS;
+  constexpr int LANE_WORDS = GROUP_WORDS / 32;
+  constexpr int ROW_GROUPS = K / GS;
+  const int lane = threadIdx.x & 31;
+  const int g = threadIdx.x >> 5;
+  const int n0 = blockIdx.x * N_TILE;
+  float acc[M_ROWS][N_TILE];
+#pragma unroll
+  for (int m = 0; m < M_ROWS; ++m)
+#pragma unroll
+    for (int t = 0; t < N_TILE; ++t) acc[m][t] = 0.0f;
+
+  for (int s = 0; s < LANE_WORDS; s += VEC) {
+    // contiguous: lane owns [lane * LANE_WORDS, +LANE_WORDS) of its group (K-major walk);
+    // interleaved: lane owns word `lane` of every 32-word (256-value) block.
+    const int word = g * GROUP_WORDS +
+        (LAYOUT_CONTIGUOUS ? lane * LANE_WORDS + s : s * 32 + lane * VEC);
+    uint32_t wv[N_TILE][VEC];
+    float sc[N_TILE], bi[N_TILE];
+#pragma unroll
+    for (int t = 0; t < N_TILE; ++t) {
+      const int n = n0 + t;
+      dflash2_load_words<VEC>(w + n * WORDS + word, wv[t]);
+      const int grp = (word * 8) / GS;  // VEC words never straddle a group (GS >= 8 * VEC)
+      sc[t] = static_cast<float>(scales[n * ROW_GROUPS + grp]);
+      bi[t] = static_cast<float>(biases[n * ROW_GROUPS + grp]);
+    }
+#pragma unroll
+    for (int v = 0; v < VEC; ++v) {
+      float xv[M_ROWS][8];
+#pragma unroll
+      for (int m = 0; m < M_ROWS; ++m) dflash2_load8(x + m * K + (word + v) * 8, xv[m]);
+#pragma unroll
+      for (int t = 0; t < N_TILE; ++t) {
+        float wf[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          wf[j] = sc[t] * static_cast<float>((wv[t][v] >> (4 * j)) & 0xFu) + bi[t];
+#pragma unroll
+        for (int m = 0; m < M_ROWS; ++m)
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[m][t] = fmaf(xv[m][j], wf[j], acc[m][t]);
+      }
+    }
+  }
+
+  __shared__ float partial[K_GROUPS][M_ROWS * N_TILE];
+#pragma unroll
+  for (int m = 0; m < M_ROWS; ++m)
+#pragma unroll
+    for (int t = 0; t < N_TILE; ++t) {
+      const float total = dflash2_lane0_sum(acc[m][t]);
+      if (lane == ((m * N_TILE + t) & 31)) partial[g][m * N_TILE + t] = total;
+    }
+  __syncthreads();
+  for (int i = threadIdx.x; i < M_ROWS * N_TILE; i += blockDim.x) {
+    float total = partial[0][i];
+#pragma unroll
+    for (int h = 1; h < K_GROUPS; ++h) total += partial[h][i];  // groups in order
+    const int m = i / N_TILE, t = i % N_TILE;
+    y[m * N + n0 + t] = static_cast<T>(total);
+  }
+"""

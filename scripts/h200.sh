@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# MLX's CUDA backend on the lent H200, which reaches no package registry and takes at most
+# 64 MiB per call. Wheels are never committed: they live in the ignored .whl/ folder.
+#
+#   scripts/h200.sh fetch          here: download mlx + mlx-cuda-13 (cp312) and split the 86 MB
+#                                  wheel into .whl/p1 and .whl/p2 (45 MB parts)
+#   scripts/h200.sh stage          there: copy whatever parts this call carried to /tmp/wheels
+#   scripts/h200.sh install        there: join the parts, install into /tmp/site (PYTHONPATH)
+#
+# One call carries .whl/p1 and runs `stage`; the next (while the machine is warm) carries .whl/p2
+# and runs `stage && install && ...`.
+set -euo pipefail
+VERSION=0.32.4
+cmd="${1:-}"
+case "$cmd" in
+  fetch)
+    grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
+    mkdir -p .whl/p1 .whl/p2
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+      --implementation cp --platform manylinux_2_35_x86_64 --platform manylinux_2_28_x86_64 \
+      --platform manylinux_2_17_x86_64 -d .whl "mlx==$VERSION" "mlx-cuda-13==$VERSION"
+    cuda_whl=$(ls .whl/mlx_cuda_13-*.whl)
+    base=$(basename "$cuda_whl")
+    split -b 45M "$cuda_whl" ".whl/$base.part-"
+    mv ".whl/$base.part-aa" .whl/p1/
+    mv ".whl/$base.part-ab" .whl/p2/
+    mv .whl/mlx-"$VERSION"-*.whl .whl/p2/
+    ls -la .whl/p1 .whl/p2
+    ;;
+  stage)
+    mkdir -p /tmp/wheels
+    for d in .whl/p1 .whl/p2; do [ -d "$d" ] && cp "$d"/* /tmp/wheels/ 2>/dev/null || true; done
+    ls -la /tmp/wheels
+    ;;
+  install)
+    cd /tmp/wheels
+    part=$(ls mlx_cuda_13-*.whl.part-aa)
+    whl="${part%.part-aa}"
+    [ -f "$whl" ] || cat "$whl".part-* > "$whl"
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+      --target /tmp/site /tmp/wheels/mlx-"$VERSION"-*.whl "/tmp/wheels/$whl"
+    PYTHONPATH=/tmp/site python3 -c "import mlx.core as mx; print(mx.__version__, mx.default_device(), mx.device_info())"
+    ;;
+  *)
+    echo "usage: scripts/h200.sh fetch|stage|install" >&2
+    exit 2
+    ;;
+esac
