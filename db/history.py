@@ -227,10 +227,20 @@ class History:
 
 
 def _insert_results(c: Connection, batch: list[ResultRows]) -> None:
-    ids = c.execute(
-        insert(m.results).returning(m.results.c.id, sort_by_parameter_order=True),
-        [r.result for r in batch],
-    ).scalars().all()
+    if c.dialect.name == "sqlite":
+        # SQLite gives SQLAlchemy no sentinel to order a batched INSERT .. RETURNING by, so
+        # `sort_by_parameter_order` would send one INSERT per result (bench/bench_history.py).
+        # The write transaction began IMMEDIATE and holds the only writer lock, so the ids
+        # after the current maximum are ours to assign, and one executemany writes the batch.
+        first = (c.execute(select(func.max(m.results.c.id))).scalar() or 0) + 1
+        ids = list(range(first, first + len(batch)))
+        c.execute(insert(m.results), [{**r.result, "id": i} for r, i in zip(batch, ids,
+                                                                             strict=True)])
+    else:
+        ids = c.execute(
+            insert(m.results).returning(m.results.c.id, sort_by_parameter_order=True),
+            [r.result for r in batch],
+        ).scalars().all()
     for table, attr in ((m.measurements, "measurements"), (m.selections, "selections"),
                         (m.fingerprints, "fingerprints")):
         rows = [{**child, "result_id": rid} for r, rid in zip(batch, ids, strict=True)
@@ -288,11 +298,25 @@ def _prepare_file(path: Path, *, write: bool) -> None:
         except OSError as e:
             raise FarmError(f"cannot create the history at {path}: {e.strerror or e}",
                             EXIT_USAGE) from None
-    elif path.stat().st_size >= 16:
-        with open(path, "rb") as f:
-            if f.read(16) != b"SQLite format 3\x00":
-                raise FarmError(f"{path} is not a SQLite database: point --db at a history "
-                                f"file or move it away", EXIT_USAGE)
+    elif path.stat().st_size > 0 and not _is_sqlite(path):
+        raise FarmError(f"{path} is not a SQLite database: point --db at a history "
+                        f"file or move it away", EXIT_USAGE)
+
+
+def _is_sqlite(path: Path) -> bool:
+    """Ask SQLite itself, never a plain open(): closing any other descriptor on the file drops
+    this process's POSIX locks on it, and a History already open here would lose its WAL."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            con.execute("PRAGMA schema_version").fetchone()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError:
+        return False
+    return True
 
 
 def _explain(e: Exception, where: str) -> str:
