@@ -1,1 +1,169 @@
-"""Fleet commands: head, agent, devices, run. (filled by the farm work)"""
+"""Fleet commands: head, agent, devices, run. Thin: parse options, call the farm library."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from farm.cli import app
+from farm.errors import EXIT_USAGE, FarmError
+
+
+def _console(stderr: bool = False) -> Console:
+    """Wide when not a terminal, so piped matrices are not squeezed to 80 columns."""
+    tty = (sys.stderr if stderr else sys.stdout).isatty()
+    return Console(stderr=stderr) if tty else Console(stderr=stderr, width=160)
+
+
+_TOKEN_HELP = "the cluster's auth token (else RAY_AUTH_TOKEN, else ~/.ray/auth_token)"
+
+
+@app.command()
+def head(
+    port: int = typer.Option(6379, help="GCS port; the head also uses PORT+1..PORT+7 and "
+                                        "workers PORT+100..PORT+299"),
+    node_ip: str = typer.Option(None, help="address other machines reach this one at"),
+    object_store_mb: int = typer.Option(256, help="object store size (Ray's default is 30% "
+                                                  "of RAM per node)"),
+    dashboard: bool = typer.Option(False, help="start Ray's dashboard (off by default)"),
+    dashboard_port: int = typer.Option(8265, help="dashboard port, with --dashboard"),
+    num_cpus: int = typer.Option(None, help="CPUs the head offers (default: all)"),
+    temp_dir: str = typer.Option(None, help="Ray's session directory root"),
+    token: str = typer.Option(None, envvar="RAY_AUTH_TOKEN", help=_TOKEN_HELP),
+    token_file: Annotated[Path | None, typer.Option(help="read the auth token from this file")]
+    = None,
+) -> None:
+    """Start the Ray head node of a farm (token auth on) and print how devices join it."""
+    from farm.head import HeadOptions, join_hint, start_head
+
+    o = HeadOptions(port, node_ip, object_store_mb, dashboard, dashboard_port, num_cpus,
+                    temp_dir, token, token_file)
+    address = start_head(o)
+    typer.echo(f"farm head started: address {address}")
+    typer.echo(join_hint(address, o))
+    typer.echo(f"run against it with: farm run --address {address} --suite NAME --devices SEL")
+
+
+@app.command()
+def agent(
+    address: str = typer.Option(..., envvar="RAY_ADDRESS", help="the head's HOST:PORT"),
+    emulate: str = typer.Option(None, help="emulate this architecture (e.g. applegpu_g13s) on "
+                                           "a host without an Apple GPU"),
+    token: str = typer.Option(None, envvar="RAY_AUTH_TOKEN", help=_TOKEN_HELP),
+    token_file: Annotated[Path | None, typer.Option(help="read the auth token from this file")]
+    = None,
+    object_store_mb: int = typer.Option(256, help="this node's object store size"),
+    num_cpus: int = typer.Option(None, help="CPUs this node offers (default: all)"),
+    port_base: int = typer.Option(None, help="use ports BASE+1..BASE+7 and workers "
+                                             "BASE+100..BASE+299 (default: free ports)"),
+    node_ip: str = typer.Option(None, help="address the cluster reaches this node at"),
+    block: bool = typer.Option(False, help="stay in the foreground until the node stops"),
+) -> None:
+    """Join this machine to a farm as one device node (labels + one dflash2_device unit)."""
+    from farm.agent import AgentOptions, start_agent
+
+    typer.echo(start_agent(AgentOptions(address, emulate, token, token_file, object_store_mb,
+                                        num_cpus, port_base, node_ip, block)))
+
+
+@app.command()
+def devices(
+    address: str = typer.Option(None, help="the head's HOST:PORT (else RAY_ADDRESS)"),
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+    check: bool = typer.Option(True, help="run each device's health check now"),
+) -> None:
+    """Live devices: node, host, arch, chip, MLX version, emulated, busy/idle, health."""
+    from farm import cluster, fleet, health, shipping
+
+    address = address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        raise FarmError("no cluster: pass --address HOST:PORT or set RAY_ADDRESS (`farm run` "
+                        "without one starts an embedded fleet instead)", EXIT_USAGE)
+    root = shipping.find_root()
+    cluster.connect(address, shipping.runtime_env(root) if check else None)
+    try:
+        devs = fleet.live_devices()
+        checks = health.check_devices(devs) if check and devs else {}
+    finally:
+        cluster.disconnect()
+    rows = []
+    for d in devs:
+        h = checks.get(d.node_id, {})
+        ident = h.get("identity") or {}
+        rows.append({**d.to_json(), "chip": ident.get("chip") or d.chip,
+                     "state": "busy" if d.busy else "idle",
+                     "health": None if not h else ("ok" if h.get("ok") else "quarantined"),
+                     "health_detail": h.get("detail"), "health_time": h.get("time")})
+    if json_out:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    t = Table(title=f"devices at {address}")
+    for col in ("node", "host", "arch", "chip", "mlx", "emulated", "state", "health"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(r["node_id"][:8], r["host"], r["arch"], r["chip"], r["mlx_version"],
+                  "yes" if r["emulated"] else "no", r["state"],
+                  _health(r))
+    _console().print(t)
+    if not rows:
+        typer.echo(fleet.describe([]))
+
+
+def _health(row: dict) -> str:
+    if not row["health"]:
+        return "-"
+    when = time.strftime("%H:%M:%S", time.localtime(row["health_time"] or 0))
+    return row["health"] + f" at {when}" + (
+        "" if row["health"] == "ok" else f": {row['health_detail']}")
+
+
+@app.command()
+def run(
+    suite: str = typer.Option(..., help="a manifest suite name, or a pytest path in the tree"),
+    devices: str = typer.Option("all", help="selectors: g13s (an arch), g14 (a generation), "
+                                            "cpu, all; comma-separated"),
+    every: bool = typer.Option(False, help="every matching device, not one per architecture"),
+    address: str = typer.Option(None, help="the head's HOST:PORT (else RAY_ADDRESS, else an "
+                                           "embedded local fleet)"),
+    db: str = typer.Option(None, help="history database path or URL (else FARM_DB)"),
+    retries: int = typer.Option(1, help="times a job moves to another device when its node "
+                                        "dies"),
+    test_timeout: float = typer.Option(None, help="per-test timeout, seconds (default: the "
+                                                  "suite's)"),
+    job_timeout: float = typer.Option(None, help="per-job timeout, seconds (default 3600)"),
+    json_out: bool = typer.Option(False, "--json", help="print the run as JSON on stdout"),
+    junit: Annotated[Path | None, typer.Option(help="also write a JUnit XML report here")]
+    = None,
+) -> None:
+    """Run a suite on every matching device of the fleet; stream, store and report results."""
+    from farm.report import print_summary, write_junit
+    from farm.run import RunOptions
+    from farm.run import run as run_farm
+
+    opts = RunOptions(suite=suite, devices=devices, every=every, address=address, db=db,
+                      retries=retries, test_timeout=test_timeout, job_timeout=job_timeout,
+                      json=json_out, junit=junit)
+    err = _console(stderr=True)
+    try:
+        outcome = run_farm(opts, err)
+    except KeyboardInterrupt:  # the run is already marked aborted, its results kept
+        err.print("aborted")
+        sys.exit(130)
+    if junit:
+        write_junit(junit, outcome.jobs, outcome.run_id)
+    if json_out:
+        typer.echo(json.dumps(outcome.to_json()))
+    else:
+        print_summary(_console(), outcome.jobs, outcome.flags, outcome.run_id,
+                      outcome.exit_code)
+    # sys.exit, not typer.Exit: with standalone_mode=False click returns an Exit's code
+    # instead of exiting, and farm.cli.main does not pass it on.
+    sys.exit(outcome.exit_code)

@@ -16,4 +16,4 @@ class FarmError(Exception):
         self.exit_code = exit_code
 
 
-__all__ = ["FarmError", "Dflash2Error", "EXIT_OK", "EXIT_FLAGGED", "EXIT_USAGE", "EXIT_INFRA"]
+__all__ = ["EXIT_FLAGGED", "EXIT_INFRA", "EXIT_OK", "EXIT_USAGE", "Dflash2Error", "FarmError"]
