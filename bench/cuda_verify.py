@@ -52,7 +52,7 @@ def bandwidth_ceiling(gib: float = 1.0, reps: int = 20) -> float:
     return 2 * n * 4 / statistics.median(t)
 
 
-def per_launch(fn, batch: int = 50, batches: int = 7) -> float:
+def per_launch(fn, batch: int = 40, batches: int = 5) -> float:
     """Seconds per launch: ``batch`` launches evaluated together, median over batches."""
     for _ in range(3):
         mx.eval([fn() for _ in range(batch)])
@@ -119,7 +119,16 @@ def sweep(name: str, x: mx.array, qw: QWeights, tiles, groups) -> list[dict]:
             except (ValueError, RuntimeError) as e:  # a tile that fails is a finding, not a stop
                 rows.append({"n_tile": nt, "k_groups": kg, "error": str(e)[:200]})
                 continue
-            rows.append({"n_tile": nt, "k_groups": kg, "us": s * 1e6})
+            rows.append({"variant": name, "n_tile": nt, "k_groups": kg, "us": s * 1e6})
+    return rows
+
+
+def sweep_pairs(name: str, x: mx.array, qw: QWeights, pairs) -> list[dict]:
+    rows = []
+    for nt, kg in pairs:
+        for r in sweep(name, x, qw, [nt], [kg]):
+            r["variant"] = name
+            rows.append(r)
     return rows
 
 
@@ -144,32 +153,44 @@ def main(argv=None) -> int:
     ceiling = bandwidth_ceiling()
     res["bandwidth_ceiling_Bps"] = ceiling
     print(f"bandwidth ceiling (1 GiB copy, read+write): {ceiling / 1e12:.2f} TB/s", flush=True)
-    tiles = (2, 4, 8) if args.quick else (1, 2, 4, 8)
     for op, (k, n) in SHAPES.items():
         for dt_name, dt in DTYPES.items():
             w, qw = weights(k, n, dt)
-            x8, x4 = activations(w, 8, dt), activations(w, 4, dt)
-            groups = [g for g in (1, 2, 4, 8, 16, 17) if k % (256 * g) == 0]
-            variant = "narrow_output" if n < 256 else "scalar_kmajor"
-            ntiles = [t for t in tiles if n % t == 0] if n >= 256 else [1, 2]
-            s8 = sweep(variant, x8, qw, ntiles, groups)
-            kg8 = [best(s8)["k_groups"]] if best(s8) else [1]
-            s4 = sweep("verify_m4", x4, qw, [t for t in ntiles if t >= 4] or ntiles, kg8)
-            b8, b4 = best(s8), best(s4)
-            entry = {"K": k, "N": n, "dtype": dt_name, "variant": variant,
-                     "sweep_m8": s8, "sweep_m4": s4, "best_m8": b8, "best_m4": b4}
-            if b8:
-                p8 = {"n_tile": b8["n_tile"], "k_groups": b8["k_groups"]}
-                entry["check_m8"] = check(variant, x8, qw, p8)
-            if b4:
-                entry["check_m4"] = check("verify_m4", x4, qw,
-                                          {"n_tile": b4["n_tile"], "k_groups": b4["k_groups"]})
-            stock8 = per_launch(lambda q=qw, xx=x8: VARIANTS["stock"].native(xx, q, {}))
-            stock4 = per_launch(lambda q=qw, xx=x4: VARIANTS["stock"].native(xx, q, {}))
-            entry["stock_m8_us"], entry["stock_m4_us"] = stock8 * 1e6, stock4 * 1e6
-            m4_us = min(b4.get("us", 1e12), stock4 * 1e6)
+            xs = {m: activations(w, m, dt) for m in (4, 8, 16)}
+            mma_groups = [g for g in (1, 2, 4, 8, 17) if k % (128 * g) == 0]
+            if n < 256:
+                scalar = ("narrow_output", [(2, 2), (1, 4)])
+            else:
+                scalar = ("scalar_kmajor", [(8, 1), (4, 2), (8, 4)] if not args.quick
+                          else [(4, 2), (8, 4)])
+            cands8 = sweep("mma_verify", xs[8], qw, [8], mma_groups)
+            for r in cands8:
+                r["variant"] = "mma_verify"
+            s8 = sweep_pairs(scalar[0], xs[8], qw, scalar[1])
+            b_mma = best(cands8)
+            kg = [b_mma["k_groups"]] if b_mma else [1]
+            s4 = sweep("mma_verify", xs[4], qw, [8], sorted({1, *kg}))
+            for r in s4:
+                r["variant"] = "mma_verify"
+            s4 += sweep_pairs("verify_m4", xs[4], qw, [(4, 1)])
+            s16 = sweep("mma_verify", xs[16], qw, [8], sorted({1, *kg}))
+            for r in s16:
+                r["variant"] = "mma_verify"
+            b8, b4, b16 = best(cands8 + s8), best(s4), best(s16)
+            entry = {"K": k, "N": n, "dtype": dt_name, "variant": b8.get("variant"),
+                     "sweep_m8": cands8 + s8, "sweep_m4": s4, "sweep_m16": s16,
+                     "best_m8": b8, "best_m4": b4, "best_m16": b16}
+            for m, b in ((8, b8), (4, b4), (16, b16)):
+                if b:
+                    entry[f"check_m{m}"] = check(b["variant"], xs[m], qw,
+                                                 {"n_tile": b["n_tile"],
+                                                  "k_groups": b["k_groups"]})
+                entry[f"stock_m{m}_us"] = per_launch(
+                    lambda q=qw, xx=xs[m]: VARIANTS["stock"].native(xx, q, {})) * 1e6
+            stock4 = entry["stock_m4_us"]
+            m4_us = min(b4.get("us", 1e12), stock4)
             entry["m4_path_us"] = m4_us
-            entry["m4_path"] = "verify_m4" if b4 and b4["us"] < stock4 * 1e6 else "stock"
+            entry["m4_path"] = b4["variant"] if b4 and b4["us"] < stock4 else "stock"
             moved = bytes_moved(k, n, 8, 2, qw)
             if b8:
                 entry["m8_rows_per_s"] = 8 / (b8["us"] * 1e-6)
@@ -177,18 +198,18 @@ def main(argv=None) -> int:
                 entry["m8_fraction_of_ceiling"] = entry["m8_Bps"] / ceiling
                 entry["m8_over_stock"] = entry["stock_m8_us"] / b8["us"]
                 entry["m8_over_m4_rows"] = (8 / b8["us"]) / (4 / m4_us)
-            entry["stock_m8_rows_per_s"] = 8 / stock8
+            entry["stock_m8_rows_per_s"] = 8 / (entry["stock_m8_us"] * 1e-6)
             entry["m4_rows_per_s"] = 4 / (m4_us * 1e-6)
             res["shapes"][f"{op}/{dt_name}"] = entry
-            print(f"{op:8s} {dt_name:9s} M8 {variant} {b8} stock8 {stock8 * 1e6:.1f}us "
-                  f"M4 {entry['m4_path']} {m4_us:.1f}us check8 {entry.get('check_m8')}",
-                  flush=True)
-            del w, qw, x8, x4
+            print(f"{op:8s} {dt_name:9s} M8 {b8} stock8 {entry['stock_m8_us']:.1f}us "
+                  f"M4 {entry['m4_path']} {m4_us:.1f}us (stock {stock4:.1f}) "
+                  f"M16 {b16.get('us', 0):.1f}us (stock {entry['stock_m16_us']:.1f}) "
+                  f"check8 {entry.get('check_m8')}", flush=True)
+            del w, qw, xs
     for op, (k, n) in DRAFT.items():
         w, qw = weights(k, n, mx.bfloat16)
         x8 = activations(w, 8, mx.float32)
-        groups = [g for g in (1, 2, 4, 8) if k % (256 * g) == 0]
-        s = sweep("w4a32", x8, qw, [t for t in tiles if n % t == 0], groups)
+        s = sweep_pairs("w4a32", x8, qw, [(4, 1), (8, 1), (4, 2), (8, 4)])
         b = best(s)
         stock = per_launch(lambda q=qw, xx=x8: VARIANTS["stock"].native(xx, q, {}))
         entry = {"K": k, "N": n, "sweep": s, "best": b, "stock_us": stock * 1e6}
@@ -218,19 +239,15 @@ def candidate_table(res: dict, arch: str) -> dict:
     entries = [e for e in table["entries"] if arch not in e["devices"]]
     for e in res["shapes"].values():
         shape = names[(e["K"], e["N"])]
-        b8, b4 = e.get("best_m8") or {}, e.get("best_m4") or {}
-        if b8 and b8["us"] < e["stock_m8_us"]:
-            entries.append({"devices": [arch], "dtypes": [e["dtype"]], "M": 8, "bits": 4,
-                            "group_sizes": [64], "shapes": [shape], "variant": e["variant"],
-                            "params": {"n_tile": b8["n_tile"], "k_groups": b8["k_groups"]},
-                            "profiled": f"measured: {b8['us']:.1f} us vs stock "
-                                        f"{e['stock_m8_us']:.1f} us"})
-        if b4 and b4["us"] < e["stock_m4_us"]:
-            entries.append({"devices": [arch], "dtypes": [e["dtype"]], "M": 4, "bits": 4,
-                            "group_sizes": [64], "shapes": [shape], "variant": "verify_m4",
-                            "params": {"n_tile": b4["n_tile"], "k_groups": b4["k_groups"]},
-                            "profiled": f"measured: {b4['us']:.1f} us vs stock "
-                                        f"{e['stock_m4_us']:.1f} us"})
+        for m in (4, 8, 16):
+            b = e.get(f"best_m{m}") or {}
+            stock = e.get(f"stock_m{m}_us")
+            if b and stock and b["us"] < stock and e[f"check_m{m}"]["finite"]:
+                entries.append({"devices": [arch], "dtypes": [e["dtype"]], "M": m, "bits": 4,
+                                "group_sizes": [64], "shapes": [shape], "variant": b["variant"],
+                                "params": {"n_tile": b["n_tile"], "k_groups": b["k_groups"]},
+                                "profiled": f"measured: {b['us']:.1f} us vs stock "
+                                            f"{stock:.1f} us"})
     for op, e in res["draft"].items():
         b = e.get("best") or {}
         if b and b["us"] < e["stock_us"]:
@@ -258,7 +275,7 @@ def render(res: dict) -> str:
         if not b:
             continue
         lines.append(
-            f"| {key.split('/')[0]} ({e['K']}, {e['N']}) | {e['dtype']} | {e['variant']} "
+            f"| {key.split('/')[0]} ({e['K']}, {e['N']}) | {e['dtype']} | {b['variant']} "
             f"({b['n_tile']}, {b['k_groups']}) | {b['us']:.1f} | {e['stock_m8_us']:.1f} | "
             f"{e['m4_path']} | {e['m4_path_us']:.1f} | {e['m8_rows_per_s']:.3g} | "
             f"{e['m8_over_stock']:.2f}x | {e['m8_over_m4_rows']:.2f}x | "

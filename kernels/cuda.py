@@ -36,9 +36,30 @@ def vector_width(lane_words: int) -> int:
     return next(vec for vec in (4, 2, 1) if lane_words % vec == 0)
 
 
+def _launch_mma(name: str, x: mx.array, qw: QWeights, p: dict) -> mx.array:
+    m, k = x.shape
+    n = qw.n
+    k_groups = int(p.get("k_groups", 1))
+    if (m > 16 or k % (128 * k_groups) or n % 8 or qw.group_size % 32
+            or x.dtype not in (mx.bfloat16, mx.float16)):
+        raise ValueError(f"{name}: ({m}, {k}) x ({k}, {n}) {x.dtype} does not tile with {p}")
+    (y,) = _build(name)(
+        inputs=[x, qw.wq, qw.scales, qw.biases],
+        template=[("T", x.dtype), ("M_ROWS", m), ("K_GROUPS", k_groups), ("K", k), ("N", n),
+                  ("GS", qw.group_size), ("IS_BF16", x.dtype == mx.bfloat16)],
+        grid=((n // 8) * 32 * k_groups, 1, 1),
+        threadgroup=(32 * k_groups, 1, 1),
+        output_shapes=[(m, n)],
+        output_dtypes=[x.dtype],
+    )
+    return y
+
+
 def launch(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
     v = VARIANTS[name]
     p = {**v.DEFAULTS, **params}
+    if v.CUDA_LAYOUT == "mma":
+        return _launch_mma(name, x, qw, p)
     xin = x.astype(mx.float32) if name == "w4a32" else x
     m, k = xin.shape
     n = qw.n
