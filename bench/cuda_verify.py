@@ -123,6 +123,24 @@ def sweep(name: str, x: mx.array, qw: QWeights, tiles, groups) -> list[dict]:
     return rows
 
 
+def m4_only(k: int, n: int, dt_name: str, dt) -> dict:
+    w, qw = weights(k, n, dt)
+    x4 = activations(w, 4, dt)
+    s4 = sweep("mma_verify", x4, qw, [8], [g for g in (1, 2, 4) if k % (128 * g) == 0])
+    for r in s4:
+        r["variant"] = "mma_verify"
+    s4 += sweep_pairs("verify_m4", x4, qw, [(4, 1)])
+    b4 = best(s4)
+    entry = {"K": k, "N": n, "dtype": dt_name, "sweep_m4": s4, "best_m4": b4,
+             "stock_m4_us": per_launch(lambda: VARIANTS["stock"].native(x4, qw, {})) * 1e6}
+    if b4:
+        entry["check_m4"] = check(b4["variant"], x4, qw,
+                                  {"n_tile": b4["n_tile"], "k_groups": b4["k_groups"]})
+    print(f"m4-only {k}x{n} {dt_name}: best {b4} stock {entry['stock_m4_us']:.1f}us "
+          f"check {entry.get('check_m4')}", flush=True)
+    return entry
+
+
 def sweep_pairs(name: str, x: mx.array, qw: QWeights, pairs) -> list[dict]:
     rows = []
     for nt, kg in pairs:
@@ -141,6 +159,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true", help="fewer sweep points")
+    ap.add_argument("--m4-only", action="store_true",
+                    help="time only the M=4 path per shape (plus the router and drafts): the "
+                         "second half of a run split across two device calls")
     ap.add_argument("--emit-table", default=None,
                     help="write the shipped selection table plus sm_90 entries for every "
                          "kernel that beat stock here (a candidate to review and commit)")
@@ -155,6 +176,9 @@ def main(argv=None) -> int:
     print(f"bandwidth ceiling (1 GiB copy, read+write): {ceiling / 1e12:.2f} TB/s", flush=True)
     for op, (k, n) in SHAPES.items():
         for dt_name, dt in DTYPES.items():
+            if args.m4_only and n >= 256:
+                res["shapes"][f"{op}/{dt_name}"] = m4_only(k, n, dt_name, dt)
+                continue
             w, qw = weights(k, n, dt)
             xs = {m: activations(w, m, dt) for m in (4, 8, 16)}
             mma_groups = [g for g in (1, 2, 4, 8, 17) if k % (128 * g) == 0]
@@ -272,7 +296,7 @@ def render(res: dict) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, e in res["shapes"].items():
         b = e.get("best_m8") or {}
-        if not b:
+        if not b or "m8_Bps" not in e:
             continue
         lines.append(
             f"| {key.split('/')[0]} ({e['K']}, {e['N']}) | {e['dtype']} | {b['variant']} "

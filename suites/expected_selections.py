@@ -13,13 +13,15 @@ import argparse
 import json
 import sys
 
-from dflash2.device import current_device
+import mlx.core as mx
+
+from dflash2.device import DeviceIdentity, current_device
 from kernels.selection import load_table, select
 from suites.support import HERE
 
 PATH = HERE / "expected_selections.json"
 PROFILES = ["applegpu_g13g", "applegpu_g13s", "applegpu_g14g", "applegpu_g14s",
-            "applegpu_g14d", "applegpu_g15s", "applegpu_g16g", "cpu"]
+            "applegpu_g14d", "applegpu_g15s", "applegpu_g16g", "cpu", "sm_90"]
 PRODUCTION = ["gate_up", "down", "out", "attn_q", "attn_kv", "router", "draft_o", "draft_q",
               "draft_down", "draft_kv", "vocab"]
 DTYPES = ["bfloat16", "float16", "float32"]
@@ -27,7 +29,13 @@ ROWS = [4, 8, 16]
 
 
 def profile_device(profile: str):
-    return current_device("") if profile == "cpu" else current_device(profile)
+    """The identity a profile's device reports. An NVIDIA GPU cannot be emulated (selection is
+    all that differs), so its profile is the identity an H200 reports through MLX."""
+    if profile == "cpu":
+        return current_device("")
+    if profile.startswith("sm_"):
+        return DeviceIdentity(profile, None, None, "NVIDIA H200", "cuda", mx.__version__, False)
+    return current_device(profile)
 
 
 def current_rows() -> list[dict]:

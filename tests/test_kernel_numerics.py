@@ -59,7 +59,7 @@ def test_tuned_variants_against_stock_and_float64(k, n):
         bound = SCALED_ULPS_F32 if out == "float32" else SCALED_ULPS_HALF
         assert scaled_ulps(y, ref, scale, out).max() <= bound, where
         assert scaled_ulps(y, s, scale, out).max() <= 2 * bound, where
-        if variant not in ("fp16_matrix", "w4a32"):
+        if variant not in ("fp16_matrix", "mma_verify", "w4a32"):  # operand-rounding contracts
             assert ulps(y, ref, out).max() <= OWN_ULPS, where
             assert ulps(y, s, out).max() <= OWN_ULPS, where
 
