@@ -87,13 +87,13 @@ def devices(
     if not address:
         raise FarmError("no cluster: pass --address HOST:PORT or set RAY_ADDRESS (`farm run` "
                         "without one starts an embedded fleet instead)", EXIT_USAGE)
-    root = shipping.find_root()
-    cluster.connect(address, shipping.runtime_env(root) if check else None)
-    try:
-        devs = fleet.live_devices()
-        checks = health.check_devices(devs) if check and devs else {}
-    finally:
-        cluster.disconnect()
+    with shipping.staged_tree(shipping.find_root()) as staged:
+        cluster.connect(address, shipping.runtime_env(staged) if check else None)
+        try:
+            devs = fleet.live_devices()
+            checks = health.check_devices(devs) if check and devs else {}
+        finally:
+            cluster.disconnect()
     rows = []
     for d in devs:
         h = checks.get(d.node_id, {})

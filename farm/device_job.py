@@ -1,0 +1,267 @@
+"""The code that runs on a device: one suite job, pytest in a subprocess, results as they come.
+
+``run_job`` is a plain generator (the driver wraps it as a Ray streaming-generator task); it
+yields lists of JSON-ready dicts (the suites plugin's results stream plus a few ``farm_*``
+events) as the subprocess writes them, so a device that dies mid-job has already delivered
+everything it finished. pytest runs in a subprocess because a reused Ray worker caches imported
+modules (the shipped tree changes between runs) and because a test may kill its interpreter.
+
+Faults handled here, each turned into a result so the job goes on:
+- the interpreter dies in a test (segfault, abort): that test is ``crashed``; pytest is started
+  again with ``--deselect`` for every test already reported, until the suite is done;
+- a test hangs: pytest-timeout (signal method) fails it, reported as ``timeout``; a hang the
+  signal cannot break is killed by a watchdog after the timeout plus a grace period;
+- the job runs past its own timeout: the running test is ``timeout`` and the job ends there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from farm.pytest_progress import ENV_PARENT, ENV_STARTED
+
+POLL_S = 0.1
+HANG_GRACE_S = 10.0  # after --timeout, how long a test may ignore SIGALRM before it is killed
+MAX_RESTARTS = 1000
+LOG_TAIL = 2000
+ENV_ARCH = "DFLASH2_DEVICE_ARCH"  # dflash2.device.ENV_ARCH, without importing MLX here
+_TIMEOUT_MSG = re.compile(r"\bTimeout\b.*>\s*[\d.]+\s*s", re.IGNORECASE)
+
+
+def shipped_root() -> Path:
+    """The tree this job runs: Ray's working dir (the cwd it sets up for the job's workers),
+    else the tree this very module was imported from (the cwd of a worker can vanish under
+    it when Ray re-creates a working dir, and Path.cwd() then raises)."""
+    try:
+        return Path.cwd()
+    except FileNotFoundError:
+        return Path(__file__).resolve().parent.parent
+
+
+def job_env(device: dict, workdir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The subprocess environment: the shipped tree first on the path, the device's emulation.
+
+    Plugin autoloading is off so every device loads the same plugins (the farm's), whatever else
+    its environment has installed.
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(workdir), env.get("PYTHONPATH")) if p)
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if device.get("emulated"):
+        env[ENV_ARCH] = device["arch"]
+    else:
+        env.pop(ENV_ARCH, None)
+    env.update(extra or {})
+    return env
+
+
+def _die_with_parent() -> None:
+    """In the child (Linux): get SIGKILL when the Ray worker that started it dies."""
+    os.setsid()
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(Exception):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+
+
+def _tail(path: Path) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return text[-LOG_TAIL:].strip()
+
+
+def _exit_text(rc: int | None) -> str:
+    if rc is not None and rc < 0:
+        with contextlib.suppress(ValueError):
+            return f"signal {signal.Signals(-rc).name}"
+    return f"exit status {rc}"
+
+
+def synthesized_result(nodeid: str, outcome: str, message: str, duration: float) -> dict:
+    """A result the farm writes itself for a test pytest could not report (crash, hang)."""
+    head, sep, tail = nodeid.rpartition("::")
+    test_id, params = nodeid, ""
+    if tail.endswith("]") and "[" in tail:
+        i = tail.index("[")
+        test_id, params = head + sep + tail[:i], tail[i + 1:-1]
+    return {
+        "type": "result", "nodeid": nodeid, "test_id": test_id, "params": params,
+        "outcome": outcome, "duration": round(duration, 3), "message": message,
+        # As the suites plugin classifies: a crash is `crashed`, a hang an unexpected failure.
+        "expectation": {"expected": "pass", "link": None, "reason": None,
+                        "category": "crashed" if outcome == "crashed" else "unexpected_fail"},
+        "measurements": [], "selections": [], "fingerprints": [], "time": time.time(),
+        "farm": True,
+    }
+
+
+class _Follower:
+    """Tails one pytest subprocess's results file and started-tests file."""
+
+    def __init__(self, results: Path, started: Path):
+        self.results, self.started = results, started
+        self._pos = 0
+        self._buf = ""
+        self._started_seen = 0
+        self.current: str | None = None  # started, not yet reported
+        self.current_since = 0.0
+
+    def read(self, done: set[str]) -> list[dict]:
+        events: list[dict] = []
+        with contextlib.suppress(FileNotFoundError), open(self.results, encoding="utf-8") as f:
+            f.seek(self._pos)
+            chunk = f.read()
+            self._pos = f.tell()
+            self._buf += chunk
+            *lines, self._buf = self._buf.split("\n")
+            for line in lines:
+                if line.strip():
+                    with contextlib.suppress(json.JSONDecodeError):
+                        events.append(json.loads(line))
+        for ev in events:
+            if ev.get("type") == "result":
+                done.add(ev.get("nodeid", ""))
+                if ev.get("outcome") == "failed" and _TIMEOUT_MSG.search(ev.get("message", "")):
+                    ev["outcome"] = "timeout"  # a plugin that does not tell timeouts apart
+        with contextlib.suppress(FileNotFoundError):
+            names = self.started.read_text(encoding="utf-8").splitlines()
+            if len(names) > self._started_seen:
+                self._started_seen = len(names)
+                self.current, self.current_since = names[-1], time.monotonic()
+        if self.current in done:
+            self.current = None
+        return events
+
+
+def run_job(spec: dict) -> Iterator[list[dict]]:
+    """Run the suite of ``spec`` here; yield batches of events until it is done.
+
+    ``spec``: suite (name), pytest_args, test_timeout, job_timeout, device (the node's device
+    labels as a dict), deselect (node ids already reported by an earlier attempt), attempt,
+    env (extra environment, optional). The last batch holds a ``farm_job_end`` event.
+    """
+    workdir = shipped_root()
+    deadline = time.monotonic() + float(spec["job_timeout"])
+    test_timeout = float(spec["test_timeout"])
+    done: set[str] = set(spec.get("deselect") or [])
+    tmp = Path(tempfile.mkdtemp(prefix="farm-job-"))
+    node_id = ""
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():  # never start Ray here
+        node_id = sys.modules["ray"].get_runtime_context().get_node_id()
+    yield [{"type": "farm_job_start", "node_id": node_id, "host": socket.gethostname(),
+            "os": f"{platform.system()} {platform.release()}", "pid": os.getpid(),
+            "workdir": str(workdir), "attempt": spec.get("attempt", 1), "time": time.time()}]
+    status, error, restarts, sent_start = "completed", None, 0, False
+    last_finish: dict | None = None
+    proc: subprocess.Popen | None = None
+    try:
+        while True:
+            results, started = tmp / f"results-{restarts}.jsonl", tmp / f"started-{restarts}"
+            log = tmp / f"pytest-{restarts}.log"
+            cmd = [sys.executable, "-m", "pytest", *spec["pytest_args"],
+                   "-p", "suites.plugin", "-p", "pytest_timeout", "-p", "farm.pytest_progress",
+                   "-p", "no:cacheprovider", "-q", "--results-jsonl", str(results),
+                   "--timeout", f"{test_timeout:g}",
+                   "--timeout-method", "signal" if hasattr(signal, "SIGALRM") else "thread"]
+            if spec.get("suite"):
+                cmd += ["--farm-suite", spec["suite"]]
+            for nodeid in sorted(done):
+                cmd += ["--deselect", nodeid]
+            env = job_env(spec["device"], workdir,
+                          {**(spec.get("env") or {}), ENV_STARTED: str(started),
+                           ENV_PARENT: str(os.getpid())})
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=out,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        preexec_fn=_die_with_parent)  # noqa: PLW1509 (setsid+prctl only)
+            follow = _Follower(results, started)
+            last_finish = None  # only the last subprocess's summary describes the job's end
+            ended = None  # why this subprocess ended, when the farm ended it
+            while True:
+                rc = proc.poll()
+                batch = []
+                for ev in follow.read(done):
+                    kind = ev.get("type")
+                    if kind == "session_start":
+                        if sent_start:
+                            continue
+                        sent_start = True
+                    elif kind == "session_finish":
+                        last_finish = ev
+                        continue
+                    batch.append(ev)
+                now = time.monotonic()
+                if rc is None and now > deadline:
+                    ended = "job"
+                elif (rc is None and follow.current
+                      and now - follow.current_since > test_timeout + HANG_GRACE_S):
+                    ended = "test"
+                if ended:
+                    _kill(proc)
+                    batch += follow.read(done)  # anything written before the kill
+                    if follow.current:
+                        why = (f"job timeout: the job ran past {spec['job_timeout']:g}s"
+                               if ended == "job" else
+                               f"hang: no result {test_timeout + HANG_GRACE_S:g}s after start "
+                               f"(--timeout {test_timeout:g}s did not interrupt it)")
+                        batch.append(synthesized_result(follow.current, "timeout", why,
+                                                        now - follow.current_since))
+                        done.add(follow.current)
+                if batch:
+                    yield batch
+                if rc is not None or ended:
+                    break
+                time.sleep(POLL_S)
+            if ended == "job":
+                status, error = "timeout", f"job timeout after {spec['job_timeout']:g}s"
+                break
+            if ended == "test":
+                restarts += 1
+                continue
+            if follow.current:  # the interpreter died inside this test
+                msg = (f"interpreter died ({_exit_text(rc)}) during this test; the job "
+                       f"continued with the remaining tests")
+                yield [synthesized_result(follow.current, "crashed", msg,
+                                          time.monotonic() - follow.current_since)]
+                done.add(follow.current)
+                restarts += 1
+                if restarts > MAX_RESTARTS:
+                    status, error = "error", f"gave up after {MAX_RESTARTS} interpreter deaths"
+                    break
+                continue
+            if last_finish is None or rc not in (0, 1, 5):
+                status = "error"
+                error = f"pytest ended ({_exit_text(rc)}) outside any test: {_tail(log)}"
+            break
+    finally:
+        if proc is not None:
+            _kill(proc)
+        shutil.rmtree(tmp, ignore_errors=True)
+    end: list[dict] = [last_finish] if last_finish else []
+    yield [*end, {"type": "farm_job_end", "status": status, "error": error,
+                  "restarts": restarts, "time": time.time()}]

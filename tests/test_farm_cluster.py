@@ -1,0 +1,223 @@
+"""The farm on a real multi-node Ray cluster on loopback (tests/ray_cluster.py): placement,
+faults, shipping. Every test drives the `farm` CLI in a subprocess, as a user would."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from ray_cluster import ARCHES, FARM, REPO, FarmCluster, running_cluster
+
+pytestmark = pytest.mark.xdist_group("farm_ray_cluster")
+
+FIX = "tests/farm_fixtures"
+
+
+@pytest.fixture(scope="session")
+def farm_cluster():
+    yield from running_cluster()
+
+
+def _results(job: dict) -> dict[str, dict]:
+    return {r["nodeid"].rpartition("::")[2]: r for r in job["results"]}
+
+
+def test_devices_lists_every_agent_with_its_labels_and_health(farm_cluster: FarmCluster):
+    out = farm_cluster.farm("devices", "--address", farm_cluster.address, "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert sorted(r["arch"] for r in rows) == sorted(ARCHES)
+    for r in rows:
+        assert r["emulated"] is True and r["state"] == "idle"
+        assert r["health"] == "ok", r["health_detail"]
+        assert r["chip"].startswith("emulated on") and r["mlx_version"]
+
+
+def test_jobs_run_on_the_device_their_selector_names(farm_cluster: FarmCluster, tmp_path):
+    nodes = farm_cluster.node_ids()
+    db = tmp_path / "h.db"
+    code, run = farm_cluster.run_json("--suite", f"{FIX}/suite_basic.py",
+                                      "--devices", "g13s,g15", "--db", str(db))
+    assert code == 0, run
+    by_arch = {j["device"]["arch"]: j for j in run["jobs"]}
+    assert set(by_arch) == {"applegpu_g13s", "applegpu_g15s"}  # g14g matched nothing
+    for arch, job in by_arch.items():
+        assert job["node_id"] == nodes[arch]
+        assert job["status"] == "passed" and job["counts"] == {"expected_pass": 3}
+        assert {r["farm_node"] for r in job["results"]} == {nodes[arch]}
+    with sqlite3.connect(db) as c:
+        assert c.execute("select count(*) from results").fetchone()[0] == 6
+        assert c.execute("select status from runs").fetchone()[0] == "passed"
+
+
+def test_a_test_that_aborts_is_crashed_and_the_rest_still_run(farm_cluster: FarmCluster,
+                                                              tmp_path):
+    code, run = farm_cluster.run_json("--suite", f"{FIX}/suite_abort.py", "--devices", "g14",
+                                      "--db", str(tmp_path / "h.db"))
+    assert code == 1
+    (job,) = run["jobs"]
+    res = _results(job)
+    assert res["test_aborts"]["outcome"] == "crashed"
+    assert "SIGABRT" in res["test_aborts"]["message"]
+    assert res["test_before"]["outcome"] == res["test_after"]["outcome"] == "passed"
+    assert job["status"] == "failed" and job["counts"]["crashed"] == 1
+
+
+def test_a_hanging_test_times_out_and_the_rest_still_run(farm_cluster: FarmCluster, tmp_path):
+    t0 = time.monotonic()
+    code, run = farm_cluster.run_json("--suite", f"{FIX}/suite_hang.py", "--devices", "g13s",
+                                      "--test-timeout", "1", "--db", str(tmp_path / "h.db"))
+    assert time.monotonic() - t0 < 60
+    assert code == 1
+    res = _results(run["jobs"][0])
+    assert res["test_hangs"]["outcome"] == "timeout"
+    assert res["test_after"]["outcome"] == "passed"
+
+
+def test_a_selector_with_no_device_fails_fast_listing_the_live_ones(farm_cluster: FarmCluster,
+                                                                    tmp_path):
+    t0 = time.monotonic()
+    out = farm_cluster.farm("run", "--address", farm_cluster.address, "--suite",
+                            f"{FIX}/suite_basic.py", "--devices", "g13s,g16",
+                            "--db", str(tmp_path / "h.db"))
+    assert time.monotonic() - t0 < 10
+    assert out.returncode == 3
+    err = out.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: no live device matches 'g16'")
+    for arch in ARCHES:
+        assert arch in err[0]
+
+
+def test_the_device_runs_the_drivers_tree_not_its_own(farm_cluster: FarmCluster, tmp_path):
+    tree = tmp_path / "checkout"
+    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "-co",
+                            "--exclude-standard"], capture_output=True, text=True,
+                           check=True).stdout.split("\0")
+    for rel in filter(None, files):
+        if (REPO / rel).is_file():
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, tree / rel)
+    marker = f"changed-{secrets.token_hex(4)}"
+    (tree / FIX / "shipped_value.txt").write_text(marker + "\n")
+    code, run = farm_cluster.run_json("--suite", f"{FIX}/suite_shipped.py", "--devices", "g15s",
+                                      "--db", str(tmp_path / "h.db"), cwd=tree)
+    assert code == 1  # the copy's value differs from the one the test expects
+    (res,) = run["jobs"][0]["results"]
+    assert res["outcome"] == "failed" and marker in res["message"]
+    assert run["revision"]["root"] == str(tree.resolve())
+    code, run = farm_cluster.run_json("--suite", f"{FIX}/suite_shipped.py", "--devices", "g15s",
+                                      "--db", str(tmp_path / "h.db"))
+    assert code == 0 and run["jobs"][0]["results"][0]["outcome"] == "passed"
+
+
+@pytest.fixture
+def victim(farm_cluster: FarmCluster):
+    """A function-scoped extra node whose kill-fixture test kills its own raylet."""
+    started: list[str] = []
+
+    def add(arch: str) -> str:
+        name = f"victim-{arch}-{secrets.token_hex(2)}"
+        farm_cluster.add_agent(name, arch, FARM_FIXTURE_KILL_NODE="1")
+        started.append(name)
+        return name
+
+    yield add
+    for name in started:
+        farm_cluster.kill(name)
+
+
+def test_a_node_dying_mid_job_moves_the_rest_to_another_same_arch_device(
+        farm_cluster: FarmCluster, victim, tmp_path):
+    session_g13s = farm_cluster.node_ids()["applegpu_g13s"]
+    victim("applegpu_g13s")
+    code, run = farm_cluster.run_json("--suite", f"{FIX}/suite_slow_kill.py", "--devices",
+                                      "g13s", "--every", "--retries", "1",
+                                      "--db", str(tmp_path / "h.db"))
+    assert code == 0, run
+    moved = [j for j in run["jobs"] if j["attempts"] == 2]
+    assert len(moved) == 1 and len(run["jobs"]) == 2
+    job = moved[0]
+    first, second = job["nodes"]
+    assert second == session_g13s != first
+    res = _results(job)
+    assert sorted(res) == ["test_a", "test_b", "test_c_kills_node", "test_d", "test_e"]
+    assert res["test_a"]["farm_node"] == res["test_b"]["farm_node"] == first  # kept
+    assert res["test_c_kills_node"]["farm_node"] == second
+    assert all(r["outcome"] == "passed" for r in res.values())
+    with sqlite3.connect(tmp_path / "h.db") as c:
+        rows = c.execute("select j.attempts, j.status, count(r.id) from jobs j join results r "
+                         "on r.job_id = j.id group by j.id order by j.attempts").fetchall()
+    assert rows == [(1, "passed", 5), (2, "passed", 5)]
+
+
+def test_a_node_dying_with_no_same_arch_device_left_is_lost_keeping_its_results(
+        farm_cluster: FarmCluster, victim, tmp_path):
+    victim("applegpu_g16g")
+    t0 = time.monotonic()
+    code, run = farm_cluster.run_json("--suite", f"{FIX}/suite_slow_kill.py", "--devices",
+                                      "g16", "--db", str(tmp_path / "h.db"))
+    assert time.monotonic() - t0 < 90
+    assert code == 3
+    (job,) = run["jobs"]
+    assert job["status"] == "lost" and "no other live applegpu_g16g" in job["error"]
+    assert sorted(_results(job)) == ["test_a", "test_b"]
+    with sqlite3.connect(tmp_path / "h.db") as c:
+        assert c.execute("select status from jobs").fetchone()[0] == "lost"
+        assert c.execute("select count(*) from results").fetchone()[0] == 2
+        assert c.execute("select status from runs").fetchone()[0] == "incomplete"
+
+
+def test_a_device_failing_its_health_check_is_quarantined(farm_cluster: FarmCluster,
+                                                         tmp_path):
+    from farm.fleet import LABEL_ARCH, LABEL_EMULATED, LABEL_GENERATION, LABEL_SIZE
+
+    name = "liar-g17g"
+    farm_cluster.add_raw_node(name, {LABEL_ARCH: "applegpu_g17g", LABEL_GENERATION: "17",
+                                     LABEL_SIZE: "g", LABEL_EMULATED: "false"})
+    try:
+        code, run = farm_cluster.run_json("--suite", f"{FIX}/suite_basic.py", "--devices",
+                                          "g17,g13s", "--db", str(tmp_path / "h.db"))
+    finally:
+        farm_cluster.kill(name)
+    assert code == 3
+    jobs = {j["device"]["arch"]: j for j in run["jobs"]}
+    assert jobs["applegpu_g13s"]["status"] == "passed"  # the healthy device still ran
+    bad = jobs["applegpu_g17g"]
+    assert bad["status"] == "error" and bad["error"].startswith("quarantined: device reports")
+    assert bad["results"] == []
+
+
+def test_ctrl_c_aborts_the_run_and_keeps_what_arrived(farm_cluster: FarmCluster, tmp_path):
+    db = tmp_path / "h.db"
+    proc = subprocess.Popen([*FARM, "run", "--address", farm_cluster.address, "--suite",
+                             f"{FIX}/suite_hang.py", "--devices", "g15s", "--test-timeout",
+                             "120", "--db", str(db)], cwd=REPO, env=farm_cluster.env(),
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120  # generous: CI shares two cores with other tests
+        while time.monotonic() < deadline and not _count(db, "select count(*) from results"):
+            time.sleep(0.2)  # test_before has arrived: test_hangs is running now
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert _count(db, "select count(*) from runs where status = 'aborted'") == 1
+    assert _count(db, "select count(*) from results") == 1
+
+
+def _count(db: Path, sql: str) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(db) as c:
+            return c.execute(sql).fetchone()[0]
+    except sqlite3.Error:
+        return 0

@@ -1,0 +1,124 @@
+"""The farm's parts that need no cluster: placement, discovery parsing, shipping, the
+embedded plan, and the device job's fault handling (a real pytest subprocess, no Ray)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dflash2.device import current_device, emulated_identity, parse_selectors
+from farm import embedded, placement, shipping
+from farm.device_job import run_job
+from farm.errors import FarmError
+from farm.fleet import RESOURCE, Device, device_from_node, device_labels, matching, unmatched
+
+REPO = Path(__file__).resolve().parent.parent
+FIX = "tests/farm_fixtures"
+
+
+def _dev(arch: str, node: str, busy: bool = False, emulated: bool = True) -> Device:
+    ident = emulated_identity(arch)
+    return Device(node, "h", "127.0.0.1", ident.arch, ident.generation, ident.size, "cpu",
+                  emulated, ident.chip, ident.mlx_version, busy)
+
+
+def test_a_node_advertises_its_device_through_labels_and_one_resource_unit():
+    labels = device_labels(emulated_identity("applegpu_g13s"))
+    node = {"NodeID": "n1", "Alive": True, "Labels": labels, "NodeManagerHostname": "mac-1",
+            "NodeManagerAddress": "10.0.0.1", "Resources": {RESOURCE: 1.0, "CPU": 4.0}}
+    d = device_from_node(node, {RESOURCE: 0.0})
+    assert (d.arch, d.generation, d.size, d.emulated, d.busy) == ("applegpu_g13s", 13, "s",
+                                                                  True, True)
+    assert d.chip.startswith("emulated on")
+    assert device_from_node({**node, "Alive": False}) is None
+    assert device_from_node({**node, "Resources": {"CPU": 4.0}}) is None  # a head
+
+
+def test_selectors_pick_devices_by_arch_and_generation():
+    fleet = [_dev("applegpu_g13s", "a"), _dev("applegpu_g14g", "b"), _dev("applegpu_g14s", "c")]
+    sels = parse_selectors("g13s,g14")
+    assert [d.node_id for d in matching(fleet, sels)] == ["a", "b", "c"]
+    assert [s.text for s in unmatched(fleet, parse_selectors("g13s,g15"))] == ["g15"]
+
+
+def test_one_device_per_kind_by_default_preferring_idle_and_all_with_every():
+    fleet = [_dev("applegpu_g13s", "a", busy=True), _dev("applegpu_g13s", "b"),
+             _dev("applegpu_g14g", "c")]
+    assert [d.node_id for d in placement.choose_devices(fleet, every=False)] == ["b", "c"]
+    assert [d.node_id for d in placement.choose_devices(fleet, every=True)] == ["a", "b", "c"]
+    assert placement.replacement(("applegpu_g13s", True), fleet, {"b"}).node_id == "a"
+    assert placement.replacement(("applegpu_g14g", True), fleet, {"c"}) is None
+    real = _dev("applegpu_g13s", "r", emulated=False)
+    assert placement.replacement(("applegpu_g13s", False), [*fleet, real], set()) is real
+
+
+def test_the_embedded_fleet_emulates_what_nothing_real_matches():
+    native = current_device("")
+    planned = embedded.plan(parse_selectors("g13s,g14"), native)
+    assert [d.arch for d in planned if d.emulated] == ["applegpu_g13s", "applegpu_g14g"]
+    assert embedded.plan(parse_selectors("all"), native) == [native]
+    if native.backend == "cpu":
+        with pytest.raises(FarmError, match="cannot be emulated"):
+            embedded.plan(parse_selectors("sm90"), native)
+
+
+def test_shipping_leaves_out_vcs_virtualenvs_and_databases(tmp_path):
+    for rel in ("pkg/a.py", ".git/config", ".venv/bin/python", "venv/x", "h.db",
+                "bench/results/r.json", "pkg/__pycache__/a.pyc", "bench/run.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(rel)
+    assert shipping.shipped_files(tmp_path) == ["bench/run.py", "pkg/a.py"]
+    rev = shipping.revision(tmp_path)
+    (tmp_path / "pkg/a.py").write_text("changed")
+    assert shipping.revision(tmp_path)["tree_hash"] != rev["tree_hash"]
+    assert shipping.revision(REPO)["git_sha"]
+
+
+def _events(suite: str, **over) -> list[dict]:
+    spec = {"suite": suite, "pytest_args": [suite], "test_timeout": 30, "job_timeout": 120,
+            "device": {"arch": "applegpu_g13s", "emulated": True}, "deselect": [], **over}
+    cwd = os.getcwd()
+    os.chdir(REPO)  # a device job runs in the shipped tree
+    try:
+        return [ev for batch in run_job(spec) for ev in batch]
+    finally:
+        os.chdir(cwd)
+
+
+def test_device_job_records_a_crash_and_runs_the_remaining_tests():
+    evs = _events(f"{FIX}/suite_abort.py")
+    res = {e["nodeid"].rpartition("::")[2]: e["outcome"] for e in evs if e["type"] == "result"}
+    assert res == {"test_before": "passed", "test_aborts": "crashed", "test_after": "passed"}
+    assert [e["type"] for e in evs].count("session_start") == 1
+    assert evs[-1] == {**evs[-1], "type": "farm_job_end", "status": "completed", "restarts": 1}
+
+
+def test_device_job_deselects_what_an_earlier_attempt_reported_and_times_out_hangs():
+    done = f"{FIX}/suite_hang.py::test_before"
+    evs = _events(f"{FIX}/suite_hang.py", test_timeout=1, deselect=[done])
+    res = {e["nodeid"].rpartition("::")[2]: e for e in evs if e["type"] == "result"}
+    assert sorted(res) == ["test_after", "test_hangs"]
+    assert res["test_hangs"]["outcome"] == "timeout"
+    assert res["test_hangs"]["expectation"]["category"] == "unexpected_fail"
+
+
+def test_device_job_timeout_ends_the_job_with_the_running_test_timed_out():
+    evs = _events(f"{FIX}/suite_hang.py", test_timeout=60, job_timeout=3)
+    res = {e["nodeid"].rpartition("::")[2]: e for e in evs if e["type"] == "result"}
+    assert res["test_hangs"]["outcome"] == "timeout" and "job timeout" in res["test_hangs"][
+        "message"]
+    assert "test_after" not in res
+    assert evs[-1]["status"] == "timeout"
+
+
+def test_run_refuses_a_nonpositive_test_timeout_before_touching_any_cluster():
+    out = subprocess.run([sys.executable, "-c", "from farm.cli import main; main()", "run",
+                          "--suite", f"{FIX}/suite_basic.py", "--test-timeout", "0"],
+                         cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1].startswith("error:")
+    assert "test-timeout" in out.stderr
