@@ -32,13 +32,26 @@ def read_jsonl(path: Path) -> Iterator[dict]:
                 yield obj
 
 
-def ingest_jsonl(h: History, path: str | os.PathLike, *, suite: str | None = None) -> str:
-    """Record one results file as one run; returns the run id."""
+def load_jsonl(path: str | os.PathLike) -> list[dict]:
+    """A results file's objects, refused (one line) when unreadable or not a results stream;
+    callers check it before opening the history, so a bad file creates or changes nothing."""
     p = Path(path)
     try:
-        events: Iterable[dict] = list(read_jsonl(p))
+        events = list(read_jsonl(p))
     except OSError as e:
         raise FarmError(f"cannot read {p}: {e.strerror or e}", EXIT_USAGE) from None
+    if not any(e.get("type") == "session_start" for e in events):
+        raise FarmError(f"{p} has no session_start line: not a results stream from "
+                        f"`pytest --results-jsonl`", EXIT_USAGE)
+    return events
+
+
+def ingest_jsonl(h: History, path: str | os.PathLike, *, suite: str | None = None,
+                 events: Iterable[dict] | None = None) -> str:
+    """Record one results file as one run (``events``: its `load_jsonl`, when read already);
+    returns the run id."""
+    p = Path(path)
+    events = load_jsonl(p) if events is None else list(events)
     starts = [e for e in events if e.get("type") == "session_start"]
     if not starts:
         raise FarmError(f"{p} has no session_start line: not a results stream from "

@@ -70,7 +70,8 @@ class Recorder:
         self.h.close()
 
 
-def pytest_configure(config: pytest.Config) -> None:
+@pytest.hookimpl(trylast=True)  # after the suites plugin has refused a bad option or file,
+def pytest_configure(config: pytest.Config) -> None:  # so such a session creates no history
     target = config.getoption("farm_db", None)
     if not target or hasattr(config, "workerinput"):  # xdist workers: the controller records
         return

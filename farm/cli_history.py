@@ -18,7 +18,7 @@ from rich.table import Table
 from db import open_history
 from db.events import CATEGORIES
 from db.export import export_run
-from db.ingest import ingest_jsonl
+from db.ingest import ingest_jsonl, load_jsonl
 from db.queries import list_runs, resolve_run, run_jobs, run_query, show_run, test_history
 from db.regressions import analyse
 from farm.cli import app
@@ -283,8 +283,9 @@ def ingest_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Record a results file from a device outside the cluster as a run."""
+    events = load_jsonl(path)  # a bad file is refused before the history is opened
     with open_history(db) as h:
-        run_id = ingest_jsonl(h, path, suite=suite)
+        run_id = ingest_jsonl(h, path, suite=suite, events=events)
         doc = show_run(h, run_id)
     if as_json:
         _echo_json(doc["run"])

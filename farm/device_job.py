@@ -186,6 +186,9 @@ def run_job(spec: dict) -> Iterator[list[dict]]:
             cmd = [sys.executable, "-m", "pytest", *spec["pytest_args"],
                    "-p", "suites.plugin", "-p", "pytest_timeout", "-p", "farm.pytest_progress",
                    "-p", "no:cacheprovider", "-q", "--results-jsonl", str(results),
+                   # The tree's own addopts are for its test runs (e.g. xdist's --dist), and
+                   # name plugins a device job does not load: the farm sets every option.
+                   "-o", "addopts=",
                    "--timeout", f"{test_timeout:g}",
                    "--timeout-method", "signal" if hasattr(signal, "SIGALRM") else "thread"]
             if spec.get("suite"):

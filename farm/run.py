@@ -383,10 +383,14 @@ def run(opts: RunOptions, console: Console | None = None) -> RunOutcome:
     if opts.retries < 0:
         raise FarmError("--retries must be >= 0", EXIT_USAGE)
     selectors = parse_selectors(opts.devices)
+    _check_arch_env()
     root = (opts.root or shipping.find_root()).resolve()
     suite = resolve_suite(opts.suite, root)
-    history = open_history(opts.db)
+    _check_collects(suite, root)
     address = opts.address or os.environ.get("RAY_ADDRESS") or None
+    if address:  # an unreachable cluster is reported before the history is opened (or made)
+        cluster.probe(address.removeprefix("ray://"))
+    history = open_history(opts.db)
     revision = shipping.revision(root)
     try:
         with shipping.staged_tree(root) as staged:
@@ -401,6 +405,42 @@ def run(opts: RunOptions, console: Console | None = None) -> RunOutcome:
     finally:
         cluster.disconnect()
         history.close()
+
+
+def _check_arch_env() -> None:
+    """A malformed DFLASH2_DEVICE_ARCH in the driver's environment is the user's to fix now,
+    not an error in every device job's pytest after the fleet has started."""
+    from dflash2.device import ENV_ARCH, parse_apple_arch
+
+    arch = os.environ.get(ENV_ARCH, "").strip()
+    if arch:
+        try:
+            parse_apple_arch(arch)
+        except ValueError as e:
+            raise FarmError(f"{ENV_ARCH}={arch!r} in the environment: {e}; unset it "
+                            f"(`farm run` picks devices with --devices)", EXIT_USAGE) from None
+
+
+def _check_collects(suite, root: Path) -> None:
+    """A suite given as a path to a test file that defines no test: refused before any cluster
+    work (a job that collects nothing would otherwise report a green, empty run)."""
+    import ast
+
+    for p in suite.paths:
+        rel = p.partition("::")[0]
+        full = root / rel
+        if full.suffix != ".py" or not full.is_file():
+            continue  # a directory: pytest's collection decides
+        try:
+            tree = ast.parse(full.read_text(encoding="utf-8"), filename=str(full))
+        except (OSError, SyntaxError, ValueError):
+            continue  # pytest reports it on the device, as a collection error
+        if not any((isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+                    and n.name.startswith("test"))
+                   or (isinstance(n, ast.ClassDef) and n.name.startswith("Test"))
+                   for n in tree.body):
+            raise FarmError(f"suite path {rel!r} collects no tests: it defines no test_* "
+                            f"function or Test* class", EXIT_USAGE)
 
 
 def _drive(opts: RunOptions, console: Console, history, suite, revision: dict) -> RunOutcome:
