@@ -39,7 +39,8 @@ def launch(variant: ModuleType, x: mx.array, qw: QWeights, params: dict) -> mx.a
     (y,) = kernel(
         inputs=[xin, qw.wq, qw.scales.astype(xin.dtype), qw.biases.astype(xin.dtype)],
         template=[("T", xin.dtype), ("M_ROWS", m), ("N_TILE", n_tile), ("K_GROUPS", k_groups),
-                  ("K", k), ("N", n), ("GS", qw.group_size)],
+                  ("K", k), ("N", n), ("GS", qw.group_size),
+                  ("LAYOUT_CONTIGUOUS", getattr(variant, "METAL_LAYOUT", "contiguous") == "contiguous")],
         grid=((n // n_tile) * 32 * k_groups, 1, 1),
         threadgroup=(32 * k_groups, 1, 1),
         output_shapes=[(m, n)],

@@ -16,3 +16,42 @@ inline void dequant_word(const device uint32_t* w, const device T* scales,
   }
 }
 """
+
+# The split-K body narrow_output and verify_m16 share (their contracts differ only in the K
+# layout inside a group). Template parameters: T, M_ROWS, N_TILE, K_GROUPS, K, N, GS,
+# LAYOUT_CONTIGUOUS. Grid: (N / N_TILE) threadgroups of K_GROUPS SIMD groups.
+SPLIT_K_BODY = r"""
+  threadgroup float partial[K_GROUPS][M_ROWS][N_TILE];
+  const uint lane = thread_index_in_simdgroup;
+  const uint g = simdgroup_index_in_threadgroup;
+  const uint n0 = threadgroup_position_in_grid.x * N_TILE;
+  const uint kg = K / K_GROUPS;
+  const uint kl = kg / 32;
+  // contiguous: the lane walks [g*kg + lane*kl, +kl); interleaved: word `lane` of each 256-block.
+  const uint k_first = LAYOUT_CONTIGUOUS ? g * kg + lane * kl : g * kg + lane * 8;
+  const uint k_end = LAYOUT_CONTIGUOUS ? k_first + kl : (g + 1) * kg;
+  const uint k_step = LAYOUT_CONTIGUOUS ? 8 : 256;
+  float acc[M_ROWS][N_TILE];
+  for (uint m = 0; m < M_ROWS; ++m)
+    for (uint t = 0; t < N_TILE; ++t) acc[m][t] = 0.0f;
+  for (uint k = k_first; k < k_end; k += k_step) {
+    for (uint t = 0; t < N_TILE; ++t) {
+      float wv[8];
+      dequant_word(w, scales, biases, n0 + t, k, K, wv);
+      for (uint m = 0; m < M_ROWS; ++m)
+        for (uint j = 0; j < 8; ++j) acc[m][t] = fma(float(x[m * K + k + j]), wv[j], acc[m][t]);
+    }
+  }
+  for (uint m = 0; m < M_ROWS; ++m)
+    for (uint t = 0; t < N_TILE; ++t) {
+      const float v = simd_sum(acc[m][t]);
+      if (lane == 0) partial[g][m][t] = v;
+    }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint i = g * 32 + lane; i < M_ROWS * N_TILE; i += 32 * K_GROUPS) {
+    const uint m = i / N_TILE, t = i % N_TILE;
+    float s = 0.0f;
+    for (uint h = 0; h < K_GROUPS; ++h) s += partial[h][m][t];  // groups in order
+    y[m * N + n0 + t] = static_cast<T>(s);
+  }
+"""

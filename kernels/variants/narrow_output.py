@@ -14,6 +14,7 @@ from kernels.qweights import QWeights
 from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 from kernels.variants._cuda_common import SPLIT_K_BODY
 from kernels.variants._metal_common import DEQUANT_HEADER
+from kernels.variants._metal_common import SPLIT_K_BODY as METAL_SPLIT_K_BODY
 from kernels.variants._portable import split_k
 
 NAME = "narrow_output"
@@ -22,36 +23,8 @@ DEFAULTS = {"n_tile": 2, "k_groups": 4}
 
 # Template parameters: T, M_ROWS, N_TILE, K_GROUPS, K, N, GS.
 # Grid: (N / N_TILE) threadgroups of K_GROUPS SIMD groups (32 * K_GROUPS threads).
-METAL_SOURCE = r"""
-  threadgroup float partial[K_GROUPS][M_ROWS][N_TILE];
-  const uint lane = thread_index_in_simdgroup;
-  const uint g = simdgroup_index_in_threadgroup;
-  const uint n0 = threadgroup_position_in_grid.x * N_TILE;
-  const uint kg = K / K_GROUPS;
-  float acc[M_ROWS][N_TILE];
-  for (uint m = 0; m < M_ROWS; ++m)
-    for (uint t = 0; t < N_TILE; ++t) acc[m][t] = 0.0f;
-  for (uint k = g * kg + lane * 8; k < (g + 1) * kg; k += 256) {
-    for (uint t = 0; t < N_TILE; ++t) {
-      float wv[8];
-      dequant_word(w, scales, biases, n0 + t, k, K, wv);
-      for (uint m = 0; m < M_ROWS; ++m)
-        for (uint j = 0; j < 8; ++j) acc[m][t] = fma(float(x[m * K + k + j]), wv[j], acc[m][t]);
-    }
-  }
-  for (uint m = 0; m < M_ROWS; ++m)
-    for (uint t = 0; t < N_TILE; ++t) {
-      const float v = simd_sum(acc[m][t]);
-      if (lane == 0) partial[g][m][t] = v;
-    }
-  threadgroup_barrier(mem_flags::mem_threadgroup);
-  if (g == 0 && lane < M_ROWS * N_TILE) {
-    const uint m = lane / N_TILE, t = lane % N_TILE;
-    float s = 0.0f;
-    for (uint i = 0; i < K_GROUPS; ++i) s += partial[i][m][t];
-    y[m * N + n0 + t] = static_cast<T>(s);
-  }
-"""
+METAL_SOURCE = METAL_SPLIT_K_BODY  # with LAYOUT_CONTIGUOUS = false
+METAL_LAYOUT = "interleaved"
 HEADER = DEQUANT_HEADER
 
 # CUDA (sm_90): the same contract with K interleaved over the lanes (LAYOUT_CONTIGUOUS = false).
