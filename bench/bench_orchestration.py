@@ -43,7 +43,7 @@ if os.environ.get(_XDIST_ENV) and os.environ.get("PYTEST_XDIST_WORKER", "").star
                                                 % len(_arches)]
 
 
-def pytest_sessionstart(session):  # noqa: ANN001 -- pytest hook; records which worker ran what
+def pytest_sessionstart(session):
     log = os.environ.get("BENCH_XDIST_LOG")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if log and worker:
@@ -54,22 +54,22 @@ def pytest_sessionstart(session):  # noqa: ANN001 -- pytest hook; records which 
 
 
 # -- the benchmark ----------------------------------------------------------------------------
-import argparse  # noqa: E402
-import atexit  # noqa: E402
-import contextlib  # noqa: E402
-import datetime  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import re  # noqa: E402
-import secrets  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
+import argparse
+import atexit
+import contextlib
+import datetime
+import json
+import platform
+import re
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 OUT_DIR = REPO / "bench" / "results"
@@ -230,7 +230,7 @@ def _probe_main(out_path: str, argv: list[str]) -> None:
 
     atexit.register(dump)
     import db
-    import farm.cli  # noqa: F401 -- the CLI's own imports, timed
+    import farm.cli
     from farm import cluster, embedded, health, shipping
     from farm import run as frun
     mark("imports")
@@ -453,7 +453,7 @@ def mode_device_job(suite, arch: str, extra_env: dict[str, str]) -> dict:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    end = [e for e in evs if e["type"] == "farm_job_end"][0]
+    end = next(e for e in evs if e["type"] == "farm_job_end")
     if end["status"] != "completed":
         raise RuntimeError(f"device job: {end}")
     t = {e["type"]: e["time"] for e in evs if e["type"] in ("session_start", "session_finish",
@@ -514,7 +514,7 @@ def main() -> None:
         if not args.no_cluster:
             cl = Cluster(workaround)
 
-            def on_signal(signum, frame):  # noqa: ARG001
+            def on_signal(signum, frame):
                 cl.stop()
                 sys.exit(130)
             signal.signal(signal.SIGTERM, on_signal)
@@ -629,7 +629,7 @@ def report(args, suite, workaround, started, loads, R, probe_runs, cluster_info,
 
 def markdown(res: dict, walls: dict[str, list[float]]) -> str:
     n = res["tests_per_device"]
-    L = [f"# Orchestration benchmark\n",
+    L = ["# Orchestration benchmark\n",
          f"`bench/bench_orchestration.py --suite {res['suite']}`, {res['started']}: "
          f"{res['cpus']} CPUs shared with other work (1/5/15-min load {res['load_avg']['start']} "
          f"at start, {res['load_avg']['end']} at end), Python {res['python']}. Suite "
@@ -639,8 +639,8 @@ def markdown(res: dict, walls: dict[str, list[float]]) -> str:
          f"drift spreads over all of them; the loopback cluster stays up (idle) through every "
          f"round. 1-min load before each run: " + "; ".join(
              f"{k} {v}" for k, v in res["load1_before_each_rep"].items()) + ". Farm walls are "
-         f"of `farm.cli.main` with phase timers (`--_probe`); one literal `farm run` per farm "
-         f"mode at the end: " + ", ".join(f"{k} {v:.2f} s" for k, v in
+         "of `farm.cli.main` with phase timers (`--_probe`); one literal `farm run` per farm "
+         "mode at the end: " + ", ".join(f"{k} {v:.2f} s" for k, v in
                                           res["literal_cli_walls"].items()) + ".\n"]
     if res["farm_env_workaround"]:
         L.append("**Farm modes ran with `PYTEST_ADDOPTS=-o addopts=`**: pyproject.toml's pytest "
@@ -662,7 +662,7 @@ def markdown(res: dict, walls: dict[str, list[float]]) -> str:
         t = res["modes"][k]["runs"][0]["tests"]
         L.append(f"| {k} | {desc[k]} | {t} | {fmt_walls(v)} | {med(v) / t * 1000:.1f} |")
     s = res["single_device_wall_median"]
-    L.append(f"\nSingle device alone (from `sequential`): " + ", ".join(
+    L.append("\nSingle device alone (from `sequential`): " + ", ".join(
         f"{a} {v:.2f} s" for a, v in s.items()) + f"; slowest {res['slowest_single']['arch']} "
         f"{res['slowest_single']['wall']:.2f} s. pytest's own session time: plain "
         f"{res['plain_session_span_median']:.2f} s; three concurrent, slowest "
@@ -677,10 +677,10 @@ def markdown(res: dict, walls: dict[str, list[float]]) -> str:
     L.append("\n## Against the targets\n")
     L.append(f"Targets: `farm run` wall <= {TARGET_RATIO} x slowest single device + "
              f"{TARGET_FIXED_S:g} s fixed cost; per-test overhead <= {TARGET_PER_TEST_MS:g} ms.\n")
-    L += ["| farm mode | wall s | / slowest single | fixed cost s (wall - slowest single) | "
+    L += [("| farm mode | wall s | / slowest single | fixed cost s (wall - slowest single) | "
           "allowed wall s | ratio+fixed | / concurrent pytest | fixed s outside pytest sessions | "
           "per-test ms, farm session vs concurrent plain | per-test ms, device job vs plain "
-          "(paired, alone) | per-test |",
+          "(paired, alone) | per-test |"),
           "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---|"]
     for k, d in res["derived"].items():
         L.append(f"| {k} | {d['wall_median']:.2f} | {d['ratio_to_slowest_single']:.2f} | "
