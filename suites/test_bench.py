@@ -1,4 +1,4 @@
-"""bench: the M=8 / M=4 / stock microbenchmark at small iteration counts per table shape.
+"""bench: the M=8 / M=4 / M=16 / stock microbenchmark at small iteration counts per table shape.
 
 Rows/s and latencies are recorded as measurements for the history (which judges drops against
 a baseline's spread); nothing here asserts a speed. CPU hosts time a column slice (recorded).
@@ -33,3 +33,4 @@ def test_verify_microbench(op, dtype, measure):
     measure.record("rows_per_s", res["paths"]["m8"]["rows_per_s"], "rows/s")
     measure.record("m8_over_m4", res["m8_over_m4"], "ratio")
     measure.record("m8_over_stock", res["m8_over_stock"], "ratio")
+    measure.record("m16_over_m8", res["m16_over_m8"], "ratio")

@@ -1,4 +1,4 @@
-"""Microbenchmark: the production M=8 verify path against the M=4 path and stock QMM.
+"""Microbenchmark: the production M=8 verify path against the M=4 and M=16 paths and stock QMM.
 
     python -m kernels.bench.verify_m8 --k 5120 --n 17408 --dtype bfloat16 \
         --warmup 20 --iterations 100 [--variant NAME] [--n-slice COLS] [--json PATH]
@@ -66,10 +66,12 @@ def run(k: int, n: int, dtype: str, warmup: int, iterations: int, variant: str |
     # Quantize only the measured columns: each column's K reduction is the full one.
     w = mx.random.normal((cols, k), key=kw) / k ** 0.5
     qw = QWeights.quantize(w, 64, 4, dt if dt != mx.float32 else mx.bfloat16)
-    x8 = (mx.random.normal((8, k), key=kx) / k ** 0.5).astype(dt)
+    x16 = (mx.random.normal((16, k), key=kx) / k ** 0.5).astype(dt)
+    x8 = x16[:8]
     # The selection for the full production shape, whatever slice is measured.
     full = select(device, dtype, 8, k, n, 4, 64)
     m4 = select(device, dtype, 4, k, n, 4, 64)
+    m16 = select(device, dtype, 16, k, n, 4, 64)
     paths: dict[str, tuple[Choice, mx.array]] = {}
     if variant:
         paths[variant] = (Choice(variant, "requested", dict(VARIANTS[variant].DEFAULTS)),
@@ -77,6 +79,7 @@ def run(k: int, n: int, dtype: str, warmup: int, iterations: int, variant: str |
     else:
         paths["m8"] = (full, x8)
         paths["m4"] = (m4, x8[:4])
+        paths["m16"] = (m16, x16)
         paths["stock"] = (Choice("stock", "baseline"), x8)
     results = {name: time_path(c, x, qw, device, warmup, iterations)
                for name, (c, x) in paths.items()}
@@ -86,6 +89,7 @@ def run(k: int, n: int, dtype: str, warmup: int, iterations: int, variant: str |
     if "m8" in results:
         out["m8_over_m4"] = results["m8"]["rows_per_s"] / results["m4"]["rows_per_s"]
         out["m8_over_stock"] = results["m8"]["rows_per_s"] / results["stock"]["rows_per_s"]
+        out["m16_over_m8"] = results["m16"]["rows_per_s"] / results["m8"]["rows_per_s"]
     return out
 
 
