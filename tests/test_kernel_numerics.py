@@ -23,6 +23,9 @@ COLS = 24
 # Contracts with float32 operands and accumulation, rounded once to a half dtype: the result is
 # the correctly rounded one except where float32 error meets a rounding boundary.
 OWN_ULPS = 1.0
+# Elements whose sum |x w| is at most this many times |y|: their float32 error (~sqrt(K) 2^-24
+# sum |x w|) stays far below half an ulp of the output, so own-magnitude ulps are meaningful.
+WELL_CONDITIONED = 16.0
 # Every half-output contract, at the dot product's scale sum |x w| (see kernels/ulps.py).
 SCALED_ULPS_HALF = 1.0
 # float32 outputs (w4a32): split-K float32 sums of up to 25600 terms.
@@ -60,8 +63,13 @@ def test_tuned_variants_against_stock_and_float64(k, n):
         assert scaled_ulps(y, ref, scale, out).max() <= bound, where
         assert scaled_ulps(y, s, scale, out).max() <= 2 * bound, where
         if variant not in ("fp16_matrix", "mma_verify", "w4a32"):  # operand-rounding contracts
-            assert ulps(y, ref, out).max() <= OWN_ULPS, where
-            assert ulps(y, s, out).max() <= OWN_ULPS, where
+            # At each element's own magnitude only where the sum does not cancel: float32
+            # error scales with sum |x w|, so a near-zero output (seen: |y| ~ 0.01 with
+            # sum |x w| ~ 0.8) may differ by 2 ulps of its own, within the scaled bound above.
+            ok = scale <= WELL_CONDITIONED * np.abs(ref)
+            assert ok.any(), where
+            assert ulps(y, ref, out)[ok].max() <= OWN_ULPS, where
+            assert ulps(y, s, out)[ok].max() <= OWN_ULPS, where
 
 
 def test_ulp_is_the_dtype_spacing():
