@@ -255,8 +255,6 @@ def main(argv=None) -> int:
 
 def candidate_table(res: dict, arch: str) -> dict:
     """The shipped table plus one entry per (shape, dtype, M) where a kernel beat stock here."""
-    from kernels.selection import load_table  # noqa: F401  (validates the result on load)
-
     table = json.loads((Path(__file__).resolve().parents[1] / "kernels" /
                         "selection_table.json").read_text())
     names = {tuple(v): k for k, v in table["shapes"].items()}

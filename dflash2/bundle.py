@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import mlx.core as mx
 from mlx import nn
 from mlx.utils import tree_map_with_path
 
@@ -93,7 +92,3 @@ def build_runtime(target: TinyTarget, draft: BlockDraft, *, draft_quant: str = "
     }
     return Runtime(target, draft, device, config)
 
-
-def effective_activation_dtype(rt: Runtime) -> mx.Dtype:
-    return mx.float32 if rt.config["draft_quant"]["activation_dtype"] == "float32" \
-        else rt.target.embed.weight.dtype

@@ -23,7 +23,6 @@ _APPLE_ARCH = re.compile(r"^applegpu_g(?P<gen>\d{2})(?P<size>[gsdp])$")
 _CUDA_ARCH = re.compile(r"^sm_?(?P<cc>\d{2,3})[a-z]?$")
 
 GENERATION_NAMES = {13: "M1", 14: "M2", 15: "M3", 16: "M4", 17: "M5"}
-SIZE_NAMES = {"g": "base/pro", "s": "max", "d": "ultra", "p": "phone"}
 
 
 @dataclass(frozen=True)

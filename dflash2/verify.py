@@ -23,7 +23,6 @@ from kernels.qweights import QWeights
 from kernels.selection import FALLBACK_DTYPE, Choice
 
 ENV_SWITCH = "DFLASH2_CUSTOM_VERIFIER"
-VERIFY_ROWS = (4, 8, 16)
 VERIFY_DTYPES = (mx.bfloat16, mx.float16)
 
 _enabled: contextvars.ContextVar[bool | None] = contextvars.ContextVar("custom_verifier",
@@ -50,8 +49,8 @@ def qweights_of(layer: nn.QuantizedLinear) -> QWeights:
     return QWeights(layer.weight, layer.scales, layer.biases, layer.group_size, layer.bits)
 
 
-class VerifyQuantizedLinear(nn.Module):
-    """A target projection whose verify passes run the tuned kernel for this device."""
+class _KernelLinear(nn.Module):
+    """What both wrappers hold: the layer's quantized weights, bias, op name and device."""
 
     def __init__(self, layer: nn.QuantizedLinear, op: str, device: DeviceIdentity,
                  columns_of: int | None = None):
@@ -61,6 +60,19 @@ class VerifyQuantizedLinear(nn.Module):
         self.bias = layer.get("bias") if "bias" in layer else None
         self.op = op
         self.device = device
+
+    def _finish(self, y: mx.array, lead: tuple[int, ...]) -> mx.array:
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*lead, self.qw.n)
+
+
+class VerifyQuantizedLinear(_KernelLinear):
+    """A target projection whose verify passes run the tuned kernel for this device."""
+
+    def __init__(self, layer: nn.QuantizedLinear, op: str, device: DeviceIdentity,
+                 columns_of: int | None = None):
+        super().__init__(layer, op, device, columns_of)
         self.freeze()
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -70,12 +82,10 @@ class VerifyQuantizedLinear(nn.Module):
         y = quantized_matmul(x2, self.qw, self.device, op=self.op,
                              disabled=not custom_verifier_enabled(), choice=forced,
                              columns_of=self.columns_of)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*lead, self.qw.n)
+        return self._finish(y, lead)
 
 
-class DraftQuantizedLinear(nn.Module):
+class DraftQuantizedLinear(_KernelLinear):
     """A draft projection: activations in the resolved dtype, <8 rows padded to the M=8 path.
 
     Padding rows are zeros and every output row depends only on its own input row, so the
@@ -86,12 +96,7 @@ class DraftQuantizedLinear(nn.Module):
 
     def __init__(self, layer: nn.QuantizedLinear, op: str, device: DeviceIdentity,
                  activation_dtype: mx.Dtype, columns_of: int | None = None):
-        super().__init__()
-        self.qw = qweights_of(layer)
-        self.columns_of = columns_of
-        self.bias = layer.get("bias") if "bias" in layer else None
-        self.op = op
-        self.device = device
+        super().__init__(layer, op, device, columns_of)
         self.activation_dtype = activation_dtype
         self.freeze()
 
@@ -106,7 +111,4 @@ class DraftQuantizedLinear(nn.Module):
         else:
             y = quantized_matmul(x2, self.qw, self.device, op=self.op,
                                  columns_of=self.columns_of)
-        y = y.astype(x.dtype)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*lead, self.qw.n)
+        return self._finish(y.astype(x.dtype), lead)

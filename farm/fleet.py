@@ -22,7 +22,6 @@ LABEL_BACKEND = LABEL_PREFIX + "backend"
 LABEL_EMULATED = LABEL_PREFIX + "emulated"
 LABEL_CHIP = LABEL_PREFIX + "chip"
 LABEL_MLX = LABEL_PREFIX + "mlx"
-NODE_ID_LABEL = "ray.io/node-id"
 
 _LABEL_VALUE_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 

@@ -46,10 +46,6 @@ def _cached(key: tuple, owner: mx.array, build) -> mx.array:
     return value
 
 
-def clear_cache() -> None:
-    _cache.clear()
-
-
 def dequantize_f32(wq: mx.array, scales: mx.array, biases: mx.array, group_size: int,
                    bits: int) -> mx.array:
     """(N, K) float32 weights exactly as a Metal kernel sees them: scale * q + bias in float32.

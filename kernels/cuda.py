@@ -60,7 +60,7 @@ def launch(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
     p = {**v.DEFAULTS, **params}
     if v.CUDA_LAYOUT == "mma":
         return _launch_mma(name, x, qw, p)
-    xin = x.astype(mx.float32) if name == "w4a32" else x
+    xin = x.astype(getattr(v, "ACTIVATION_DTYPE", None) or x.dtype)
     m, k = xin.shape
     n = qw.n
     n_tile = int(p.get("n_tile", 8))

@@ -27,23 +27,23 @@ def _build(name: str, source: str, header: str):
 
 
 def launch(variant: ModuleType, x: mx.array, qw: QWeights, params: dict) -> mx.array:
-    m, k = x.shape
+    p = {**variant.DEFAULTS, **params, **getattr(variant, "FIXED_PARAMS", {})}
+    act = getattr(variant, "ACTIVATION_DTYPE", None) or x.dtype
+    xin = x.astype(act)
+    m, k = xin.shape
     n = qw.n
-    n_tile = int(params.get("n_tile", 8))
-    k_groups = int(params.get("k_groups", 1))
-    out_dtype = mx.float32 if variant.NAME == "w4a32" else x.dtype
-    xin = x.astype(mx.float32) if variant.NAME == "w4a32" else x
-    if variant.NAME == "fp16_matrix":
-        n_tile = 8
+    n_tile = int(p.get("n_tile", 8))
+    k_groups = int(p.get("k_groups", 1))
     kernel = _build(variant.NAME, variant.METAL_SOURCE, variant.HEADER)
     (y,) = kernel(
         inputs=[xin, qw.wq, qw.scales.astype(xin.dtype), qw.biases.astype(xin.dtype)],
         template=[("T", xin.dtype), ("M_ROWS", m), ("N_TILE", n_tile), ("K_GROUPS", k_groups),
                   ("K", k), ("N", n), ("GS", qw.group_size),
-                  ("LAYOUT_CONTIGUOUS", getattr(variant, "METAL_LAYOUT", "contiguous") == "contiguous")],
+                  ("LAYOUT_CONTIGUOUS",
+                   getattr(variant, "METAL_LAYOUT", "contiguous") == "contiguous")],
         grid=((n // n_tile) * 32 * k_groups, 1, 1),
         threadgroup=(32 * k_groups, 1, 1),
         output_shapes=[(m, n)],
-        output_dtypes=[out_dtype],
+        output_dtypes=[act],
     )
     return y

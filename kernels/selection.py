@@ -103,10 +103,3 @@ def select(device: DeviceIdentity, dtype: str, m: int, k: int, n: int, bits: int
     t = table or load_table()
     return t.lookup(device_key(device), dtype, m, k, n, bits, group_size)
 
-
-def shape_name(k: int, n: int, table: Table | None = None) -> str | None:
-    t = table or load_table()
-    for name, kn in t.shapes.items():
-        if kn == (k, n):
-            return name
-    return None

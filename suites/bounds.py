@@ -16,9 +16,5 @@ def deviation_bound(m: int, op: str) -> float:
     return float(_bounds()["deviation"][f"m{m}"][op][0])
 
 
-def deviation_source(m: int, op: str) -> str:
-    return _bounds()["deviation"][f"m{m}"][op][1]
-
-
 def accuracy_ulps(out_dtype: str) -> float:
     return float(_bounds()["accuracy_ulps"]["float32" if out_dtype == "float32" else "half"])

@@ -17,6 +17,7 @@ from kernels.variants._portable import split_k
 NAME = "fp16_matrix"
 ROWS = 8
 DEFAULTS = {"n_tile": 8}
+FIXED_PARAMS = {"n_tile": 8}  # one 8x8 simdgroup tile per SIMD group, whatever the table says
 
 # Template parameters: T, K, N, GS. One SIMD group computes one 8 x 8 output tile.
 METAL_SOURCE = r"""

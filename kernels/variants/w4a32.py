@@ -16,6 +16,7 @@ from kernels.variants._portable import split_k
 
 NAME = "w4a32"
 ROWS = 8
+ACTIVATION_DTYPE = mx.float32  # the kernel widens activations once, before it runs
 DEFAULTS = {"n_tile": 8}
 # The scalar K-major source instantiated with T = float.
 METAL_SOURCE = scalar_kmajor.METAL_SOURCE
@@ -26,4 +27,4 @@ CUDA_LAYOUT = "contiguous"
 
 
 def portable(x: mx.array, qw: QWeights, params: dict) -> mx.array:
-    return split_k(x.astype(mx.float32), qw, layout="contiguous", k_groups=1)
+    return split_k(x.astype(ACTIVATION_DTYPE), qw, layout="contiguous", k_groups=1)
