@@ -47,7 +47,12 @@ class KVCache:
 
     @property
     def length(self) -> int:
-        return 0 if self.k[0] is None else self.k[0].shape[2]
+        return self.length_of(0)
+
+    def length_of(self, layer: int) -> int:
+        """Positions one layer holds: read before that layer appends, so a later layer's
+        positions are not shifted by the rows earlier layers already added in this call."""
+        return 0 if self.k[layer] is None else self.k[layer].shape[2]
 
     def append(self, layer: int, k: mx.array, v: mx.array) -> tuple[mx.array, mx.array]:
         if self.k[layer] is not None:
@@ -77,7 +82,7 @@ class Attention(nn.Module):
     def __call__(self, x: mx.array, cache: KVCache, layer: int) -> mx.array:
         t, d = x.shape
         hd = d // self.heads
-        offset = cache.length
+        offset = cache.length_of(layer)
 
         def heads(a: mx.array) -> mx.array:
             return a.reshape(1, t, self.heads, hd).transpose(0, 2, 1, 3)

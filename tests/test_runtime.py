@@ -100,36 +100,14 @@ def test_bundle_reports_effective_config():
 BUDGETS = [1, 2, 3, 7, 8, 9, 10, 15, 16, 17, 21, 24, 25, 31, 32, 33, 40, 47, 48, 55, 64]
 
 
-# Greedy exactness in bf16 holds where the target's top-1 margin exceeds rounding noise: at a
-# near-tie (seen: margin 0.031 on logits near 20, under one bf16 ulp) the M=8 verify pass and
-# the M=1 decode round differently, which is the field's partial-tail mismatch, not a decoding
-# bug. So a random model is drawn until its reference trajectory has no near-tie; a wrong KV
-# cache, acceptance rule or tail cut still breaks exactness by whole tokens.
-MIN_MARGIN = 0.5
-
-
-def _min_margin(target, prompt, tokens):
-    logits = target(mx.array(prompt + tokens[:-1]), target.new_cache())
-    top2 = mx.sort(logits[len(prompt) - 1:], axis=-1)[:, -2:]
-    return float(mx.min(top2[:, 1] - top2[:, 0]).item())
-
-
 @pytest.fixture(scope="module")
 def g13_runtime():
-    for _ in range(20):
-        seed = int.from_bytes(os.urandom(2), "little")
-        target, draft = build_pair(seed)
-        build_runtime(target, draft, device=G13)
-        rng = np.random.default_rng(seed)
-        prompt = rng.integers(0, target.cfg.vocab, 12).tolist()
-        for verifier in (True, False):
-            with custom_verifier(verifier):
-                ref = greedy_autoregressive(target, prompt, max(BUDGETS))
-                if _min_margin(target, prompt, ref) < MIN_MARGIN:
-                    break
-        else:
-            return target, draft, prompt, seed
-    pytest.fail("no seed in 20 draws gave a trajectory without near-ties")
+    seed = int.from_bytes(os.urandom(2), "little")
+    target, draft = build_pair(seed)
+    build_runtime(target, draft, device=G13)
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(0, target.cfg.vocab, 12).tolist()
+    return target, draft, prompt, seed
 
 
 @pytest.mark.parametrize("verifier", [True, False], ids=["custom", "stock"])
