@@ -106,149 +106,193 @@ def check(name: str, x: mx.array, qw: QWeights, params: dict, cols: int = 256) -
             "stock_ulps_vs_f64": float(scaled_ulps(sc, ref, scale, out).max())}
 
 
-def sweep(name: str, x: mx.array, qw: QWeights, tiles, groups) -> list[dict]:
-    rows = []
-    k = x.shape[1]
-    for nt in tiles:
-        for kg in groups:
-            if qw.n % nt or k % (256 * kg):
-                continue
-            params = {"n_tile": nt, "k_groups": kg}
-            try:
-                s = per_launch(lambda p=params: cuda.launch(name, x, qw, p))
-            except (ValueError, RuntimeError) as e:  # a tile that fails is a finding, not a stop
-                rows.append({"n_tile": nt, "k_groups": kg, "error": str(e)[:200]})
-                continue
-            rows.append({"variant": name, "n_tile": nt, "k_groups": kg, "us": s * 1e6})
-    return rows
-
-
-def m4_only(k: int, n: int, dt_name: str, dt) -> dict:
-    w, qw = weights(k, n, dt)
-    x4 = activations(w, 4, dt)
-    s4 = sweep("mma_verify", x4, qw, [8], [g for g in (1, 2, 4) if k % (128 * g) == 0])
-    for r in s4:
-        r["variant"] = "mma_verify"
-    s4 += sweep_pairs("verify_m4", x4, qw, [(4, 1)])
-    b4 = best(s4)
-    entry = {"K": k, "N": n, "dtype": dt_name, "sweep_m4": s4, "best_m4": b4,
-             "stock_m4_us": per_launch(lambda: VARIANTS["stock"].native(x4, qw, {})) * 1e6}
-    if b4:
-        entry["check_m4"] = check(b4["variant"], x4, qw,
-                                  {"n_tile": b4["n_tile"], "k_groups": b4["k_groups"]})
-    print(f"m4-only {k}x{n} {dt_name}: best {b4} stock {entry['stock_m4_us']:.1f}us "
-          f"check {entry.get('check_m4')}", flush=True)
-    return entry
-
-
-def sweep_pairs(name: str, x: mx.array, qw: QWeights, pairs) -> list[dict]:
-    rows = []
-    for nt, kg in pairs:
-        for r in sweep(name, x, qw, [nt], [kg]):
-            r["variant"] = name
-            rows.append(r)
-    return rows
-
-
 def best(rows: list[dict]) -> dict:
     ok = [r for r in rows if "us" in r]
     return min(ok, key=lambda r: r["us"]) if ok else {}
 
 
+def weights_a_grid(k: int, n: int, m: int, quick: bool) -> list[dict]:
+    """The (n_tile, k_groups, unroll) points of ``mma_weights_a`` worth timing for one shape."""
+    tiles = [t for t in (32, 64) if n % t == 0] or [t for t in (48, 16) if n % t == 0][:1]
+    steps = k // 128
+    # Enough warps to fill 132 SMs several times over, without splitting K into slivers: the
+    # two smallest K splits that reach 1024 warps, and the largest one below that.
+    groups = [g for g in range(1, 33) if steps % g == 0]
+    enough = [g for g in groups if (n // tiles[0]) * g >= 1024][:2]
+    fewer = [g for g in groups if (n // tiles[0]) * g < 1024][-1:]
+    groups = fewer + enough
+    # (unroll, prefetch): prefetching doubles the weight registers, so it pairs with less unroll.
+    pipelines = ((2, 0),) if quick else ((2, 0), (4, 0), (1, 1), (2, 1))
+    grid = {}
+    for t in tiles:
+        for g in groups:
+            for u, pf in pipelines:
+                try:
+                    cfg = cuda.weights_a_config(m, k, n, 64, mx.bfloat16,
+                                                {"n_tile": t, "k_groups": g, "unroll": u})
+                except ValueError:
+                    continue
+                grid.setdefault((t, g, cfg["UNROLL"], pf), {
+                    "n_tile": t, "k_groups": g, "unroll": cfg["UNROLL"], "prefetch": pf})
+    return list(grid.values())
+
+
+def time_points(name: str, x: mx.array, qw: QWeights, points: list[dict]) -> list[dict]:
+    rows = []
+    for p in points:
+        try:
+            s = per_launch(lambda p=p: cuda.launch(name, x, qw, p))
+        except (ValueError, RuntimeError) as e:  # a tile that fails is a finding, not a stop
+            rows.append({"variant": name, **p, "error": str(e)[:200]})
+            continue
+        rows.append({"variant": name, **p, "us": s * 1e6})
+    return rows
+
+
+def params_of(row: dict) -> dict:
+    return {k: row[k] for k in ("n_tile", "k_groups", "unroll", "prefetch") if k in row}
+
+
+def measure_shape(op: str, k: int, n: int, dt_name: str, dt, args, ceiling: float) -> dict:
+    """M=8, M=4 and M=16 candidates against stock for one production shape and dtype."""
+    w, qw = weights(k, n, dt)
+    xs = {m: activations(w, m, dt) for m in (4, 8, 16)}
+    mma_kg = [g for g in (2, 4) if k % (128 * g) == 0]
+    s8 = time_points("mma_weights_a", xs[8], qw, weights_a_grid(k, n, 8, args.quick))
+    s8 += time_points("mma_verify", xs[8], qw, [{"n_tile": 8, "k_groups": g} for g in mma_kg])
+    if args.with_scalar:
+        scalar = "narrow_output" if n < 256 else "scalar_kmajor"
+        s8 += time_points(scalar, xs[8], qw, [{"n_tile": 4, "k_groups": 2},
+                                              {"n_tile": 8, "k_groups": 4}])
+    b8 = best(s8)
+    bwa = best([r for r in s8 if r["variant"] == "mma_weights_a"])
+    bmv = best([r for r in s8 if r["variant"] == "mma_verify"])
+    entry = {"K": k, "N": n, "dtype": dt_name, "variant": b8.get("variant"), "sweep_m8": s8,
+             "best_m8": b8}
+    for m in (4, 16):
+        pts = []
+        if bwa:
+            pts.append(("mma_weights_a", params_of(bwa)))
+            kg2 = bwa["k_groups"] * 2
+            if (k // 128) % kg2 == 0 and m == 4:
+                pts.append(("mma_weights_a", {**params_of(bwa), "k_groups": kg2}))
+        if bmv:
+            pts.append(("mma_verify", params_of(bmv)))
+        rows = [r for name, p in pts for r in time_points(name, xs[m], qw, [p])]
+        entry[f"sweep_m{m}"] = rows
+        entry[f"best_m{m}"] = best(rows)
+    for m in (8, 4, 16):
+        b = entry[f"best_m{m}"]
+        if b:
+            entry[f"check_m{m}"] = check(b["variant"], xs[m], qw, params_of(b))
+        entry[f"stock_m{m}_us"] = per_launch(
+            lambda q=qw, xx=xs[m]: VARIANTS["stock"].native(xx, q, {})) * 1e6
+    b4 = entry["best_m4"]
+    stock4 = entry["stock_m4_us"]
+    m4_us = min(b4.get("us", 1e12), stock4)
+    entry["m4_path_us"] = m4_us
+    entry["m4_path"] = b4["variant"] if b4 and b4["us"] < stock4 else "stock"
+    moved = bytes_moved(k, n, 8, 2, qw)
+    entry["m8_floor_us"] = moved / ceiling * 1e6
+    if b8:
+        entry["m8_rows_per_s"] = 8 / (b8["us"] * 1e-6)
+        entry["m8_Bps"] = moved / (b8["us"] * 1e-6)
+        entry["m8_fraction_of_ceiling"] = entry["m8_Bps"] / ceiling
+        entry["m8_over_stock"] = entry["stock_m8_us"] / b8["us"]
+        entry["m8_over_m4_rows"] = (8 / b8["us"]) / (4 / m4_us)
+    entry["stock_m8_rows_per_s"] = 8 / (entry["stock_m8_us"] * 1e-6)
+    entry["stock_m8_fraction_of_ceiling"] = moved / (entry["stock_m8_us"] * 1e-6) / ceiling
+    entry["m4_rows_per_s"] = 4 / (m4_us * 1e-6)
+    print(f"{op:8s} {dt_name:9s} M8 {b8} stock8 {entry['stock_m8_us']:.1f}us "
+          f"floor {entry['m8_floor_us']:.1f}us M4 {entry['m4_path']} {m4_us:.1f}us "
+          f"(stock {stock4:.1f}) M16 {entry['best_m16'].get('us', 0):.1f}us "
+          f"(stock {entry['stock_m16_us']:.1f}) check8 {entry.get('check_m8')}", flush=True)
+    return entry
+
+
+def launch_floor() -> dict:
+    """Per-launch time of work too small to matter, measured like every kernel here: what a
+    row's microseconds include besides the kernel itself (host enqueue, launch latency)."""
+    w, qw = weights(256, 64, mx.bfloat16)
+    x8 = activations(w, 8, mx.bfloat16)
+    tiny = mx.zeros((8,))
+    mx.eval(tiny)
+    return {"elementwise_us": per_launch(lambda: tiny + 1.0) * 1e6,
+            "stock_qmm_us": per_launch(lambda: VARIANTS["stock"].native(x8, qw, {})) * 1e6,
+            "mma_weights_a_us": per_launch(lambda: cuda.launch(
+                "mma_weights_a", x8, qw, {"n_tile": 32, "k_groups": 2})) * 1e6}
+
+
+def measure_draft(op: str, k: int, n: int) -> dict:
+    w, qw = weights(k, n, mx.bfloat16)
+    x8 = activations(w, 8, mx.float32)
+    s = time_points("w4a32", x8, qw, [{"n_tile": t, "k_groups": g}
+                                      for t, g in ((4, 1), (8, 1), (4, 2), (8, 4))])
+    b = best(s)
+    stock = per_launch(lambda q=qw, xx=x8: VARIANTS["stock"].native(xx, q, {}))
+    entry = {"K": k, "N": n, "sweep": s, "best": b, "stock_us": stock * 1e6}
+    if b:
+        entry["check"] = check("w4a32", x8, qw, params_of(b))
+        entry["over_stock"] = stock * 1e6 / b["us"]
+    print(f"draft {op} w4a32 {b} stock {stock * 1e6:.1f}us check {entry.get('check')}",
+          flush=True)
+    return entry
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", required=True, help="folder for cuda_verify.json and .md")
     ap.add_argument("--quick", action="store_true", help="fewer sweep points")
-    ap.add_argument("--m4-only", action="store_true",
-                    help="time only the M=4 path per shape (plus the router and drafts): the "
-                         "second half of a run split across two device calls")
+    ap.add_argument("--shapes", default=None,
+                    help="comma list of shapes (production and draft names) to measure; the "
+                         "rest are kept from an earlier --out's JSON, so a run can be split "
+                         "across device calls")
+    ap.add_argument("--dtypes", default="bfloat16,float16")
+    ap.add_argument("--with-scalar", action="store_true",
+                    help="also time the scalar float32-FMA kernels (0.6-0.7x stock on an H200)")
     ap.add_argument("--emit-table", default=None,
                     help="write the shipped selection table plus sm_90 entries for every "
                          "kernel that beat stock here (a candidate to review and commit)")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    known = {**SHAPES, **DRAFT}
+    wanted = args.shapes.split(",") if args.shapes else list(known)
+    bad = [s for s in wanted if s not in known]
+    if bad:
+        ap.error(f"unknown shape(s) {', '.join(bad)}: use {', '.join(known)}")
     dev = current_device()
-    res: dict = {"device": dev.to_json(), "shapes": {}, "draft": {}}
+    prev = out / "cuda_verify.json"
+    res: dict = json.loads(prev.read_text()) if prev.exists() else {}
+    res.update({"device": dev.to_json()})
+    res.setdefault("shapes", {})
+    res.setdefault("draft", {})
     print(f"device: {dev}", flush=True)
     ceiling = bandwidth_ceiling()
+    res.setdefault("bandwidth_ceilings_Bps", []).append(ceiling)
     res["bandwidth_ceiling_Bps"] = ceiling
     print(f"bandwidth ceiling (1 GiB copy, read+write): {ceiling / 1e12:.2f} TB/s", flush=True)
-    for op, (k, n) in SHAPES.items():
-        for dt_name, dt in DTYPES.items():
-            if args.m4_only and n >= 256:
-                res["shapes"][f"{op}/{dt_name}"] = m4_only(k, n, dt_name, dt)
-                continue
-            w, qw = weights(k, n, dt)
-            xs = {m: activations(w, m, dt) for m in (4, 8, 16)}
-            mma_groups = [g for g in (1, 2, 4, 8, 17) if k % (128 * g) == 0]
-            if n < 256:
-                scalar = ("narrow_output", [(2, 2), (1, 4)])
-            else:
-                scalar = ("scalar_kmajor", [(8, 1), (4, 2), (8, 4)] if not args.quick
-                          else [(4, 2), (8, 4)])
-            cands8 = sweep("mma_verify", xs[8], qw, [8], mma_groups)
-            for r in cands8:
-                r["variant"] = "mma_verify"
-            s8 = sweep_pairs(scalar[0], xs[8], qw, scalar[1])
-            b_mma = best(cands8)
-            kg = [b_mma["k_groups"]] if b_mma else [1]
-            s4 = sweep("mma_verify", xs[4], qw, [8], sorted({1, *kg}))
-            for r in s4:
-                r["variant"] = "mma_verify"
-            s4 += sweep_pairs("verify_m4", xs[4], qw, [(4, 1)])
-            s16 = sweep("mma_verify", xs[16], qw, [8], sorted({1, *kg}))
-            for r in s16:
-                r["variant"] = "mma_verify"
-            b8, b4, b16 = best(cands8 + s8), best(s4), best(s16)
-            entry = {"K": k, "N": n, "dtype": dt_name, "variant": b8.get("variant"),
-                     "sweep_m8": cands8 + s8, "sweep_m4": s4, "sweep_m16": s16,
-                     "best_m8": b8, "best_m4": b4, "best_m16": b16}
-            for m, b in ((8, b8), (4, b4), (16, b16)):
-                if b:
-                    entry[f"check_m{m}"] = check(b["variant"], xs[m], qw,
-                                                 {"n_tile": b["n_tile"],
-                                                  "k_groups": b["k_groups"]})
-                entry[f"stock_m{m}_us"] = per_launch(
-                    lambda q=qw, xx=xs[m]: VARIANTS["stock"].native(xx, q, {})) * 1e6
-            stock4 = entry["stock_m4_us"]
-            m4_us = min(b4.get("us", 1e12), stock4)
-            entry["m4_path_us"] = m4_us
-            entry["m4_path"] = b4["variant"] if b4 and b4["us"] < stock4 else "stock"
-            moved = bytes_moved(k, n, 8, 2, qw)
-            if b8:
-                entry["m8_rows_per_s"] = 8 / (b8["us"] * 1e-6)
-                entry["m8_Bps"] = moved / (b8["us"] * 1e-6)
-                entry["m8_fraction_of_ceiling"] = entry["m8_Bps"] / ceiling
-                entry["m8_over_stock"] = entry["stock_m8_us"] / b8["us"]
-                entry["m8_over_m4_rows"] = (8 / b8["us"]) / (4 / m4_us)
-            entry["stock_m8_rows_per_s"] = 8 / (entry["stock_m8_us"] * 1e-6)
-            entry["m4_rows_per_s"] = 4 / (m4_us * 1e-6)
-            res["shapes"][f"{op}/{dt_name}"] = entry
-            print(f"{op:8s} {dt_name:9s} M8 {b8} stock8 {entry['stock_m8_us']:.1f}us "
-                  f"M4 {entry['m4_path']} {m4_us:.1f}us (stock {stock4:.1f}) "
-                  f"M16 {b16.get('us', 0):.1f}us (stock {entry['stock_m16_us']:.1f}) "
-                  f"check8 {entry.get('check_m8')}", flush=True)
-            del w, qw, xs
-    for op, (k, n) in DRAFT.items():
-        w, qw = weights(k, n, mx.bfloat16)
-        x8 = activations(w, 8, mx.float32)
-        s = sweep_pairs("w4a32", x8, qw, [(4, 1), (8, 1), (4, 2), (8, 4)])
-        b = best(s)
-        stock = per_launch(lambda q=qw, xx=x8: VARIANTS["stock"].native(xx, q, {}))
-        entry = {"K": k, "N": n, "sweep": s, "best": b, "stock_us": stock * 1e6}
-        if b:
-            entry["check"] = check("w4a32", x8, qw, {"n_tile": b["n_tile"],
-                                                    "k_groups": b["k_groups"]})
-            entry["over_stock"] = stock * 1e6 / b["us"]
-        res["draft"][op] = entry
-        print(f"draft {op} w4a32 {b} stock {stock * 1e6:.1f}us check {entry.get('check')}",
-              flush=True)
+    res.setdefault("launch_floors", []).append(launch_floor())
+    print(f"launch floor (K=256, N=64): {res['launch_floors'][-1]}", flush=True)
+
+    def save() -> None:
+        prev.write_text(json.dumps(res, indent=1))
+        (out / "cuda_verify.md").write_text(render(res))
+
+    for op in wanted:
+        if op in DRAFT:
+            res["draft"][op] = measure_draft(op, *DRAFT[op])
+            save()
+            continue
+        k, n = SHAPES[op]
+        for dt_name in args.dtypes.split(","):
+            res["shapes"][f"{op}/{dt_name}"] = measure_shape(op, k, n, dt_name,
+                                                             DTYPES[dt_name], args, ceiling)
+            save()
     if args.emit_table:
         Path(args.emit_table).write_text(json.dumps(candidate_table(res, dev.arch), indent=1))
         print(f"candidate table: {args.emit_table}", flush=True)
-    (out / "cuda_verify.json").write_text(json.dumps(res, indent=1))
-    (out / "cuda_verify.md").write_text(render(res))
+    save()
     print(render(res))
     return 0
 
@@ -267,7 +311,7 @@ def candidate_table(res: dict, arch: str) -> dict:
             if b and stock and b["us"] < stock and e[f"check_m{m}"]["finite"]:
                 entries.append({"devices": [arch], "dtypes": [e["dtype"]], "M": m, "bits": 4,
                                 "group_sizes": [64], "shapes": [shape], "variant": b["variant"],
-                                "params": {"n_tile": b["n_tile"], "k_groups": b["k_groups"]},
+                                "params": params_of(b),
                                 "profiled": f"measured: {b['us']:.1f} us vs stock "
                                             f"{stock:.1f} us"})
     for op, e in res["draft"].items():
@@ -275,44 +319,59 @@ def candidate_table(res: dict, arch: str) -> dict:
         if b and b["us"] < e["stock_us"]:
             entries.append({"devices": [arch], "dtypes": ["float32"], "M": 8, "bits": 4,
                             "group_sizes": [64], "shapes": [op], "variant": "w4a32",
-                            "params": {"n_tile": b["n_tile"], "k_groups": b["k_groups"]},
+                            "params": params_of(b),
                             "profiled": f"measured: {b['us']:.1f} us vs stock "
                                         f"{e['stock_us']:.1f} us"})
     table["entries"] = entries
     return table
 
 
+def _params(b: dict) -> str:
+    return ", ".join(str(b[k]) for k in ("n_tile", "k_groups", "unroll") if k in b) + (
+        ", prefetch" if b.get("prefetch") else "")
+
+
 def render(res: dict) -> str:
-    ceil = res["bandwidth_ceiling_Bps"]
+    ceils = res.get("bandwidth_ceilings_Bps") or [res["bandwidth_ceiling_Bps"]]
     lines = [(f"# CUDA verify kernels on {res['device']['chip']} ({res['device']['arch']}, "
              f"MLX {res['device']['mlx_version']})"), "",
-             (f"Bandwidth ceiling measured in the same run (1 GiB elementwise, read + write): "
-             f"{ceil / 1e12:.2f} TB/s."), "",
-             ("| shape | dtype | M=8 kernel (n_tile, k_groups) | M=8 us | stock M=8 us | "
-             "M=4 path | M=4 us | M=8 rows/s | M=8/stock | M=8/M=4 rows | GB/s | "
-             "of ceiling | ulps vs f64 |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             ("Bandwidth ceiling (1 GiB elementwise, read + write), measured at the start of each "
+              "device call that contributed: "
+              + ", ".join(f"{c / 1e12:.2f}" for c in ceils) + " TB/s. Each row uses the ceiling "
+              "of its own call. Bytes = 4-bit weights + scales/biases + activations + outputs; "
+              "floor = bytes / ceiling."), "",
+             ("Launch floor (the same timing of a K=256, N=64 problem, so nearly no work), per "
+              "call: " + "; ".join(", ".join(f"{k.removesuffix('_us')} {v:.1f} us"
+                                             for k, v in f.items())
+                                   for f in res.get("launch_floors", [])) + "."), "",
+             ("| shape | dtype | M=8 kernel (n_tile, k_groups, unroll) | M=8 us | stock M=8 us | "
+              "floor us | M=8/stock | M=8 of ceiling | stock of ceiling | M=8 rows/s | "
+              "M=4 path | M=4 us | M=8/M=4 rows | M=16 us (stock) | ulps vs f64 (M=8) |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, e in res["shapes"].items():
         b = e.get("best_m8") or {}
         if not b or "m8_Bps" not in e:
             continue
+        b16 = e.get("best_m16") or {}
         lines.append(
             f"| {key.split('/')[0]} ({e['K']}, {e['N']}) | {e['dtype']} | {b['variant']} "
-            f"({b['n_tile']}, {b['k_groups']}) | {b['us']:.1f} | {e['stock_m8_us']:.1f} | "
-            f"{e['m4_path']} | {e['m4_path_us']:.1f} | {e['m8_rows_per_s']:.3g} | "
-            f"{e['m8_over_stock']:.2f}x | {e['m8_over_m4_rows']:.2f}x | "
-            f"{e['m8_Bps'] / 1e9:.0f} | {e['m8_fraction_of_ceiling']:.0%} | "
-            f"{e['check_m8']['ulps_vs_f64']:.2f} |")
+            f"({_params(b)}) | {b['us']:.1f} | {e['stock_m8_us']:.1f} | "
+            f"{e.get('m8_floor_us', float('nan')):.1f} | {e['m8_over_stock']:.2f}x | "
+            f"{e['m8_fraction_of_ceiling']:.0%} | "
+            f"{e.get('stock_m8_fraction_of_ceiling', float('nan')):.0%} | "
+            f"{e['m8_rows_per_s']:.3g} | {e['m4_path']} | {e['m4_path_us']:.1f} | "
+            f"{e['m8_over_m4_rows']:.2f}x | {b16.get('us', float('nan')):.1f} "
+            f"({e.get('stock_m16_us', float('nan')):.1f}) | "
+            f"{e['check_m8']['ulps_vs_f64']:.3f} |")
     lines += ["", ("| draft shape (W4A32) | kernel (n_tile, k_groups) | us | stock fp32 us | "
               "speed-up | ulps vs f64 |"), "|---|---|---|---|---|---|"]
     for op, e in res["draft"].items():
         b = e.get("best") or {}
         if b:
-            lines.append(f"| {op} ({e['K']}, {e['N']}) | w4a32 ({b['n_tile']}, "
-                         f"{b['k_groups']}) | {b['us']:.1f} | {e['stock_us']:.1f} | "
-                         f"{e['over_stock']:.2f}x | {e['check']['ulps_vs_f64']:.2f} |")
+            lines.append(f"| {op} ({e['K']}, {e['N']}) | w4a32 ({_params(b)}) | {b['us']:.1f} | "
+                         f"{e['stock_us']:.1f} | {e['over_stock']:.2f}x | "
+                         f"{e['check']['ulps_vs_f64']:.2f} |")
     return "\n".join(lines) + "\n"
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -60,6 +60,38 @@ def dequantize_f32(wq: mx.array, scales: mx.array, biases: mx.array, group_size:
         group_size=group_size, bits=bits).astype(mx.float32))
 
 
+def dequantize_fused(wq: mx.array, scales: mx.array, biases: mx.array, group_size: int,
+                     bits: int, dtype: mx.Dtype) -> mx.array:
+    """(N, K) float32 holding ``round_dtype(scale * q + bias)`` with one rounding: a fused FMA in
+    the activation dtype, as ``__hfma2`` dequantizes.
+
+    ``dequantize_f32`` rounds twice (to float32, then to ``dtype``), which can differ from one
+    rounding by an ulp when the float32 sum lands on a ``dtype`` midpoint. Here the sum is formed
+    in float64 (exact while scale * q and bias lie within 38 binades: 15 + 11 significant bits
+    in 53), rounded to float32 towards odd, then to ``dtype`` to nearest even: round-to-odd with
+    at least two spare bits makes the double rounding exact. Cached like ``dequantize_f32``.
+    """
+
+    def build() -> mx.array:
+        import numpy as np
+
+        q = np.array(wq).astype(np.uint32)
+        n, words = q.shape
+        shifts = np.arange(0, 32, bits, dtype=np.uint32)
+        nib = ((q[:, :, None] >> shifts) & np.uint32((1 << bits) - 1)).reshape(n, -1)
+        sc = np.repeat(np.array(scales.astype(mx.float32), np.float64), group_size, axis=1)
+        bi = np.repeat(np.array(biases.astype(mx.float32), np.float64), group_size, axis=1)
+        exact = sc * nib + bi
+        f = exact.astype(np.float32)
+        back = f.astype(np.float64)
+        toward_zero = np.abs(back) > np.abs(exact)
+        f = np.where(toward_zero, np.nextafter(f, np.float32(0)), f)
+        fb = f.view(np.uint32) | (back != exact).astype(np.uint32)  # round to odd
+        return mx.array(fb.view(np.float32)).astype(dtype).astype(mx.float32)
+
+    return _cached(("fused", id(wq), group_size, bits, str(dtype)), wq, build)
+
+
 def _pad_k(a: mx.array, multiple: int) -> mx.array:
     k = a.shape[-1]
     pad = (-k) % multiple

@@ -55,11 +55,50 @@ def _launch_mma(name: str, x: mx.array, qw: QWeights, p: dict) -> mx.array:
     return y
 
 
+def weights_a_config(m: int, k: int, n: int, group_size: int, dtype, p: dict) -> dict:
+    """Template constants of ``mma_weights_a`` for one shape, or ValueError if it cannot tile.
+
+    Pure arithmetic, so the CPU-side tests check it without a GPU: ``unroll`` shrinks to the
+    largest of 4, 2, 1 not above the request that divides a group's K steps.
+    """
+    n_tile = int(p.get("n_tile", 32))
+    k_groups = int(p.get("k_groups", 1))
+    steps = k // 128 if k % 128 == 0 else 0
+    if (not 1 <= m <= 16 or n_tile % 16 or n % n_tile or not steps or steps % k_groups
+            or group_size % 32 or dtype not in (mx.bfloat16, mx.float16)):
+        raise ValueError(f"mma_weights_a: ({m}, {k}) x ({k}, {n}) {dtype} does not tile with {p}")
+    m_tiles = (m + 7) // 8
+    if k_groups * 8 * m_tiles * n_tile * 4 > 48 * 1024:
+        raise ValueError(f"mma_weights_a: {p} needs more than 48 KiB of shared memory")
+    want = int(p.get("unroll", 2))
+    unroll = next(u for u in (4, 2, 1) if u <= want and (steps // k_groups) % u == 0)
+    return {"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups, "UNROLL": unroll,
+            "PREFETCH": bool(int(p.get("prefetch", 0))), "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == mx.bfloat16,
+            "grid": (n // n_tile) * 32 * k_groups, "threads": 32 * k_groups}
+
+
+def _launch_weights_a(name: str, x: mx.array, qw: QWeights, p: dict) -> mx.array:
+    m, k = x.shape
+    cfg = weights_a_config(m, k, qw.n, qw.group_size, x.dtype, p)
+    grid, threads = cfg.pop("grid"), cfg.pop("threads")
+    (y,) = _build(name)(
+        inputs=[x, qw.wq, qw.scales, qw.biases],
+        template=[("T", x.dtype), *cfg.items()],
+        grid=(grid, 1, 1),
+        threadgroup=(threads, 1, 1),
+        output_shapes=[(m, qw.n)],
+        output_dtypes=[x.dtype],
+    )
+    return y
+
+
 def launch(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
     v = VARIANTS[name]
     p = {**v.DEFAULTS, **params}
     if v.CUDA_LAYOUT == "mma":
         return _launch_mma(name, x, qw, p)
+    if v.CUDA_LAYOUT == "mma_weights_a":
+        return _launch_weights_a(name, x, qw, p)
     xin = x.astype(getattr(v, "ACTIVATION_DTYPE", None) or x.dtype)
     m, k = xin.shape
     n = qw.n

@@ -6,6 +6,12 @@
 #                                  wheel into .whl/p1 and .whl/p2 (45 MB parts)
 #   scripts/h200.sh stage          there: copy whatever parts this call carried to /tmp/wheels
 #   scripts/h200.sh install        there: join the parts, install into /tmp/site (PYTHONPATH)
+#   scripts/h200.sh bench ARGS     there: bench/cuda_verify.py into /tmp/h200res (kept while the
+#                                  machine is warm, so a run can span calls), copied to $OUT
+#   scripts/h200.sh suites         there: numeric-bounds, fingerprint and parity suites under
+#                                  plain pytest with the candidate sm_90 table the bench emitted:
+#                                  fingerprint goldens recorded first, then every suite checked,
+#                                  results as JSONL in $OUT (for `farm ingest`)
 #
 # One call carries .whl/p1 and runs `stage`; the next (while the machine is warm) carries .whl/p2
 # and runs `stage && install && ...`.
@@ -41,8 +47,31 @@ case "$cmd" in
       --target /tmp/site /tmp/wheels/mlx-"$VERSION"-*.whl "/tmp/wheels/$whl"
     PYTHONPATH=/tmp/site python3 -c "import mlx.core as mx; print(mx.__version__, mx.default_device(), mx.device_info())"
     ;;
+  bench)
+    shift
+    export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+    mkdir -p /tmp/h200res
+    # A fresh machine continues from the committed results (a run spans calls and machines).
+    [ -f /tmp/h200res/cuda_verify.json ] || cp bench/results/h200/cuda_verify.json /tmp/h200res/
+    status=0
+    timeout "${BENCH_TIMEOUT:-480}" python3 bench/cuda_verify.py --out /tmp/h200res "$@" || status=$?
+    cp -r /tmp/h200res/. "$OUT"/
+    exit $status
+    ;;
+  suites)
+    export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+    table=/tmp/h200res/candidate_table.json
+    [ -f "$table" ] && export DFLASH2_SELECTION_TABLE=$table
+    run() { python3 -m pytest -p suites.plugin -p no:cacheprovider -o addopts= -q "$@"; }
+    FARM_UPDATE_GOLDENS=1 run suites/test_fingerprint.py > "$OUT/goldens.log" 2>&1 || true
+    cp suites/fingerprints.json "$OUT/fingerprints.json"
+    # test_selection compares the committed table with the committed expectations; with a
+    # candidate table loaded it is run here only for the record, and checked again in CI.
+    run suites/test_numeric_bounds.py suites/test_fingerprint.py suites/test_parity.py \
+      suites/test_selection.py --results-jsonl "$OUT/h200_suites.jsonl" 2>&1 | tee "$OUT/suites.log" | tail -40
+    ;;
   *)
-    echo "usage: scripts/h200.sh fetch|stage|install" >&2
+    echo "usage: scripts/h200.sh fetch|stage|install|bench|suites" >&2
     exit 2
     ;;
 esac

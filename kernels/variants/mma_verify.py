@@ -18,6 +18,7 @@ import mlx.core as mx
 
 from kernels.qweights import QWeights
 from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
+from kernels.variants._cuda_common import MMA_HEADER
 from kernels.variants._portable import split_k
 
 NAME = "mma_verify"
@@ -84,38 +85,7 @@ CUDA_SOURCE = r"""
     y[m * N + n0 + col] = static_cast<T>(total);
   }
 """
-CUDA_HEADER = _CUDA_HEADER + r"""
-// Two float32 values rounded to the activation type, packed low/high in one 32-bit register.
-template <bool BF16>
-__device__ __forceinline__ uint32_t dflash2_pack2(float lo, float hi) {
-  if constexpr (BF16) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-}
-
-template <bool BF16>
-__device__ __forceinline__ void dflash2_mma(float& c0, float& c1, float& c2, float& c3,
-                                            uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                            uint32_t b0, uint32_t b1) {
-  if constexpr (BF16) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c0), "+f"(c1), "+f"(c2), "+f"(c3)
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
-}
-"""
+CUDA_HEADER = _CUDA_HEADER + MMA_HEADER
 CUDA_LAYOUT = "mma"
 
 

@@ -1,0 +1,206 @@
+"""mma_weights_a: tensor-core verify kernel with the weights as the 16-row A operand (sm_80+).
+
+Contract: each weight is dequantized by one fused multiply-add in the activation dtype,
+``round_T(scale * q + bias)`` with a single rounding (``__hfma2``); activations as given (bf16
+or fp16); products on ``mma.sync.m16n8k16`` tiles with float32 accumulation, sequentially along
+K inside each of ``k_groups`` contiguous K groups (one warp each), group sums added in order;
+one rounding to the activation dtype. The portable form rounds ``scale * q + bias`` from its
+exact value (float64, then round-to-odd float32, then nearest-even ``T``), which is the single
+rounding the hardware does whenever the two terms lie within 38 binades of each other.
+
+Why a second tensor-core kernel: ``mma_verify`` puts the M activation rows on the 16-row side
+of the tile, so at M=8 half of every mma multiplies zeros, and it dequantizes in float32 with
+an int-to-float conversion and a float-to-half pack per weight (quarter-rate instructions on an
+H200). Here Y^T = W^T X^T: 16 output columns fill the A side and the M <= 8 rows the 8-wide B
+side (M <= 16 takes two B tiles sharing one dequantized A). Two nibbles become one half2 with a
+LOP3 against a magic exponent (1024 + q in fp16, 128 + q in bf16, both exact), one HSUB2 and
+one HFMA2: 1.5 full-rate instructions per weight. Loads of ``unroll`` K steps are issued before
+any is used, for enough bytes in flight to approach the bandwidth bound.
+
+No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from kernels.qweights import QWeights
+from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
+from kernels.variants._cuda_common import MMA_HEADER
+from kernels.variants._portable import split_k
+
+NAME = "mma_weights_a"
+ROWS = None  # 1..16
+DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0}
+METAL_SOURCE = None
+HEADER = ""
+CUDA_LAYOUT = "mma_weights_a"
+
+# Constants: M_ROWS (<= 16), COL_TILES (16-column tiles a warp owns: n_tile / 16), K_GROUPS,
+# UNROLL (K steps of 128 whose loads go out together), PREFETCH, K, N, GS, IS_BF16; type T.
+# Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for
+# columns n0 + g and n0 + g + 8 one 16-byte load each (4 packed words), and the same 32
+# activations of row g (and g + 8 for a second B tile). Word i of those 4 feeds two mma steps;
+# in each, the lane's k-slots (2t, 2t+1, 2t+8, 2t+9) hold the word's nibbles (0, 4, 1, 5) and
+# then (2, 6, 3, 7), and the activations are paired the same way with PRMT, so A and B agree
+# on every k and the dot products are those of the contract.
+CUDA_SOURCE = r"""
+  constexpr int WORDS = K / 8;
+  constexpr int STEPS = K / 128;
+  constexpr int GROUP_STEPS = STEPS / K_GROUPS;
+  constexpr int ROW_GROUPS = K / GS;
+  constexpr int M_TILES = (M_ROWS + 7) / 8;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int n_base = blockIdx.x * (16 * COL_TILES);
+  const uint32_t* w32 = reinterpret_cast<const uint32_t*>(w);
+  const uint16_t* s16 = reinterpret_cast<const uint16_t*>(scales);
+  const uint16_t* b16 = reinterpret_cast<const uint16_t*>(biases);
+  float acc[M_TILES][COL_TILES][4];
+#pragma unroll
+  for (int mt = 0; mt < M_TILES; ++mt)
+#pragma unroll
+    for (int c = 0; c < COL_TILES; ++c)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[mt][c][r] = 0.f;
+
+  // One batch: the weight loads of UNROLL K steps, all issued before any is used. The
+  // activations (read by every warp, so L1/L2 hits) are loaded step by step in compute().
+  struct Batch {
+    uint4 wq[UNROLL][COL_TILES][2];
+    uint32_t sc[UNROLL][COL_TILES][2], bi[UNROLL][COL_TILES][2];
+  };
+  auto load = [&](Batch& b, int s0) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int step = warp * GROUP_STEPS + s0 + u;
+      const int word = step * 16 + 4 * t;
+      const int grp = (step * 128 + 32 * t) / GS;
+#pragma unroll
+      for (int c = 0; c < COL_TILES; ++c)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int n = n_base + 16 * c + g + 8 * h;
+          b.wq[u][c][h] = __ldcs(reinterpret_cast<const uint4*>(w32 + n * WORDS + word));
+          const uint32_t sv = s16[n * ROW_GROUPS + grp], bv = b16[n * ROW_GROUPS + grp];
+          b.sc[u][c][h] = sv | (sv << 16);
+          b.bi[u][c][h] = bv | (bv << 16);
+        }
+    }
+  };
+  auto compute = [&](const Batch& b, int s0) {
+#pragma unroll
+    for (int u = 0; u < UNROLL; ++u) {
+      const int step = warp * GROUP_STEPS + s0 + u;
+      uint4 xa[M_TILES][4];
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        const int row = 8 * mt + g;
+        const uint4* xp = reinterpret_cast<const uint4*>(x + row * K + step * 128 + 32 * t);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) xa[mt][i] = row < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        uint32_t bx[M_TILES][4];  // activation pairs (0,4), (1,5), (2,6), (3,7) of word i
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; ++mt) {
+          const uint4 v = xa[mt][i];
+          bx[mt][0] = __byte_perm(v.x, v.z, 0x5410);
+          bx[mt][1] = __byte_perm(v.x, v.z, 0x7632);
+          bx[mt][2] = __byte_perm(v.y, v.w, 0x5410);
+          bx[mt][3] = __byte_perm(v.y, v.w, 0x7632);
+        }
+#pragma unroll
+        for (int c = 0; c < COL_TILES; ++c) {
+          uint32_t a[2][4];  // [column lo/hi][nibble pair]
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint4 v = b.wq[u][c][h];
+            const uint32_t q = i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+              a[h][j] = dflash2_dequant_pair<IS_BF16>(q >> (4 * j), b.sc[u][c][h],
+                                                      b.bi[u][c][h]);
+          }
+#pragma unroll
+          for (int mt = 0; mt < M_TILES; ++mt) {
+            dflash2_mma<IS_BF16>(acc[mt][c][0], acc[mt][c][1], acc[mt][c][2], acc[mt][c][3],
+                                 a[0][0], a[1][0], a[0][1], a[1][1], bx[mt][0], bx[mt][1]);
+            dflash2_mma<IS_BF16>(acc[mt][c][0], acc[mt][c][1], acc[mt][c][2], acc[mt][c][3],
+                                 a[0][2], a[1][2], a[0][3], a[1][3], bx[mt][2], bx[mt][3]);
+          }
+        }
+      }
+    }
+  };
+  // PREFETCH: the next batch's loads go out before this batch's math (two batches of
+  // registers), so a warp never waits on memory with nothing to do.
+  Batch cur;
+  load(cur, 0);
+  for (int s0 = 0; s0 < GROUP_STEPS; s0 += UNROLL) {
+    if constexpr (PREFETCH) {
+      Batch nxt;
+      if (s0 + UNROLL < GROUP_STEPS) load(nxt, s0 + UNROLL);
+      compute(cur, s0);
+      cur = nxt;
+    } else {
+      if (s0) load(cur, s0);
+      compute(cur, s0);
+    }
+  }
+
+  // C tile: rows are output columns (g, g + 8), columns are activation rows (2t, 2t + 1).
+  constexpr int COLS = 16 * COL_TILES;
+  constexpr int PROWS = 8 * M_TILES;
+  __shared__ float partial[K_GROUPS][PROWS][COLS];
+#pragma unroll
+  for (int mt = 0; mt < M_TILES; ++mt)
+#pragma unroll
+    for (int c = 0; c < COL_TILES; ++c) {
+      partial[warp][8 * mt + 2 * t][16 * c + g] = acc[mt][c][0];
+      partial[warp][8 * mt + 2 * t + 1][16 * c + g] = acc[mt][c][1];
+      partial[warp][8 * mt + 2 * t][16 * c + g + 8] = acc[mt][c][2];
+      partial[warp][8 * mt + 2 * t + 1][16 * c + g + 8] = acc[mt][c][3];
+    }
+  __syncthreads();
+  for (int e = threadIdx.x; e < M_ROWS * COLS; e += blockDim.x) {
+    const int m = e / COLS, col = e % COLS;
+    float total = partial[0][m][col];
+#pragma unroll
+    for (int h = 1; h < K_GROUPS; ++h) total += partial[h][m][col];  // groups in order
+    y[m * N + n_base + col] = static_cast<T>(total);
+  }
+"""
+CUDA_HEADER = _CUDA_HEADER + MMA_HEADER + r"""
+// Nibbles 0 and 4 of ``bits`` as two dequantized activation-type values, low and high:
+// OR-ing a nibble into the mantissa of 1024 (fp16) or 128 (bf16) gives 1024 + q or 128 + q
+// exactly, the subtraction is exact, and the FMA rounds scale * q + bias once.
+template <bool BF16>
+__device__ __forceinline__ uint32_t dflash2_dequant_pair(uint32_t bits, uint32_t scale2,
+                                                         uint32_t bias2) {
+  constexpr uint32_t MAGIC = BF16 ? 0x43004300u : 0x64006400u;
+  uint32_t v = (bits & 0x000F000Fu) | MAGIC;
+  uint32_t magic = MAGIC, out;
+  if constexpr (BF16) {
+    __nv_bfloat162 r = __hfma2(__hsub2(*reinterpret_cast<__nv_bfloat162*>(&v),
+                                       *reinterpret_cast<__nv_bfloat162*>(&magic)),
+                               *reinterpret_cast<__nv_bfloat162*>(&scale2),
+                               *reinterpret_cast<__nv_bfloat162*>(&bias2));
+    out = *reinterpret_cast<uint32_t*>(&r);
+  } else {
+    __half2 r = __hfma2(__hsub2(*reinterpret_cast<__half2*>(&v),
+                                *reinterpret_cast<__half2*>(&magic)),
+                        *reinterpret_cast<__half2*>(&scale2),
+                        *reinterpret_cast<__half2*>(&bias2));
+    out = *reinterpret_cast<uint32_t*>(&r);
+  }
+  return out;
+}
+"""
+
+
+def portable(x: mx.array, qw: QWeights, params: dict) -> mx.array:
+    return split_k(x, qw, layout="sequential", k_groups=int(params.get("k_groups", 1)),
+                   operand_dtype=x.dtype, fused_dequant=True)
