@@ -128,12 +128,13 @@ def weights_a_grid(k: int, n: int, m: int, quick: bool) -> list[dict]:
         for g in groups:
             for u, pf in pipelines:
                 try:
-                    cfg = cuda.weights_a_config(m, k, n, 64, mx.bfloat16,
-                                                {"n_tile": t, "k_groups": g, "unroll": u})
+                    cfg = cuda.launch_config("mma_weights_a", m, k, n, 64, "bfloat16",
+                                             {"n_tile": t, "k_groups": g, "unroll": u})
                 except ValueError:
                     continue
-                grid.setdefault((t, g, cfg["UNROLL"], pf), {
-                    "n_tile": t, "k_groups": g, "unroll": cfg["UNROLL"], "prefetch": pf})
+                unroll = cfg.template["UNROLL"]
+                grid.setdefault((t, g, unroll, pf), {
+                    "n_tile": t, "k_groups": g, "unroll": unroll, "prefetch": pf})
     return list(grid.values())
 
 

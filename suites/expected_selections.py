@@ -30,9 +30,10 @@ ROWS = [4, 8, 16]
 
 def profile_device(profile: str):
     """The identity a profile's device reports. An NVIDIA GPU cannot be emulated (selection is
-    all that differs), so its profile is the identity an H200 reports through MLX."""
+    all that differs), so its profile is the identity an H200 reports through MLX. The cpu
+    profile is built, not read off this host: on a GPU host the native device is the GPU."""
     if profile == "cpu":
-        return current_device("")
+        return DeviceIdentity("cpu", None, None, "cpu", "cpu", mx.__version__, False)
     if profile.startswith("sm_"):
         return DeviceIdentity(profile, None, None, "NVIDIA H200", "cuda", mx.__version__, False)
     return current_device(profile)

@@ -1,0 +1,68 @@
+"""Compile a variant's CUDA source offline with nvcc, wrapped as MLX's JIT wraps it.
+
+Machines without an NVIDIA GPU (every CI host) can still catch what would otherwise cost a
+device call: a syntax error, a template constant the body does not define, or a tile that
+spills registers. ``mx.fast.cuda_kernel`` writes the signature (``const T* name`` per input,
+``T* name`` per output) and turns template arguments into constants at the top of the body;
+``translation_unit`` does the same, so nvcc sees the body MLX's NVRTC would see.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernels.variants import VARIANTS
+
+C_TYPES = {"bfloat16": "__nv_bfloat16", "float16": "__half", "float32": "float"}
+
+
+@dataclass(frozen=True)
+class PtxasReport:
+    registers: int
+    spill_bytes: int
+    smem_bytes: int
+
+
+def translation_unit(name: str, dtype: str, constants: dict) -> str:
+    v = VARIANTS[name]
+    t = C_TYPES[dtype]
+    lines = ["#include <cstdint>", "#include <cuda_bf16.h>", "#include <cuda_fp16.h>",
+             v.CUDA_HEADER,
+             f'extern "C" __global__ void dflash2_{name}(const {t}* x, const uint32_t* w, '
+             f"const {t}* scales, const {t}* biases, {t}* y) {{", f"  using T = {t};"]
+    for key, value in constants.items():
+        kind = "bool" if isinstance(value, bool) else "int"
+        text = str(value).lower() if isinstance(value, bool) else str(int(value))
+        lines.append(f"  constexpr {kind} {key} = {text};")
+    lines += [v.CUDA_SOURCE, "}"]
+    return "\n".join(lines) + "\n"
+
+
+def nvcc() -> str | None:
+    return shutil.which("nvcc")
+
+
+def compile_sm90(name: str, dtype: str, constants: dict) -> PtxasReport:
+    """nvcc -arch=sm_90 -cubin; RuntimeError with nvcc's output when it does not compile."""
+    exe = nvcc()
+    if exe is None:
+        raise RuntimeError("nvcc is not on PATH")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.cu"
+        src.write_text(translation_unit(name, dtype, constants))
+        r = subprocess.run([exe, "-arch=sm_90", "-cubin", "-O3", "--ptxas-options=-v",
+                            str(src), "-o", str(Path(tmp) / "k.cubin")],
+                           capture_output=True, text=True, timeout=300, check=False)
+    out = r.stdout + r.stderr
+    if r.returncode != 0:
+        raise RuntimeError(f"{name} {dtype} {constants}: nvcc failed\n{out[-2000:]}")
+    regs = re.search(r"Used (\d+) registers", out)
+    spill = re.search(r"(\d+) bytes spill stores", out)
+    smem = re.search(r"(\d+) bytes smem", out)
+    return PtxasReport(int(regs[1]) if regs else 0, int(spill[1]) if spill else 0,
+                       int(smem[1]) if smem else 0)
