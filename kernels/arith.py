@@ -76,7 +76,7 @@ def dequantize_fused(wq: mx.array, scales: mx.array, biases: mx.array, group_siz
         import numpy as np
 
         q = np.array(wq).astype(np.uint32)
-        n, words = q.shape
+        n = q.shape[0]
         shifts = np.arange(0, 32, bits, dtype=np.uint32)
         nib = ((q[:, :, None] >> shifts) & np.uint32((1 << bits) - 1)).reshape(n, -1)
         sc = np.repeat(np.array(scales.astype(mx.float32), np.float64), group_size, axis=1)

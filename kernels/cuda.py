@@ -108,7 +108,9 @@ def launch_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str
     v = VARIANTS[name]
     if not has_source(name):
         raise ValueError(f"{name} has no CUDA source")
-    return _CONFIGS[v.CUDA_LAYOUT](name, m, k, n, group_size, dtype, {**v.DEFAULTS, **params})
+    fixed = getattr(v, "FIXED_PARAMS", {})
+    return _CONFIGS[v.CUDA_LAYOUT](name, m, k, n, group_size, dtype,
+                                   {**v.DEFAULTS, **params, **fixed})
 
 
 def launch(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:

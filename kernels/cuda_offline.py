@@ -33,8 +33,8 @@ def translation_unit(name: str, dtype: str, constants: dict) -> str:
     t = C_TYPES[dtype]
     lines = ["#include <cstdint>", "#include <cuda_bf16.h>", "#include <cuda_fp16.h>",
              v.CUDA_HEADER,
-             f'extern "C" __global__ void dflash2_{name}(const {t}* x, const uint32_t* w, '
-             f"const {t}* scales, const {t}* biases, {t}* y) {{", f"  using T = {t};"]
+             (f'extern "C" __global__ void dflash2_{name}(const {t}* x, const uint32_t* w, '
+              f"const {t}* scales, const {t}* biases, {t}* y) {{"), f"  using T = {t};"]
     for key, value in constants.items():
         kind = "bool" if isinstance(value, bool) else "int"
         text = str(value).lower() if isinstance(value, bool) else str(int(value))

@@ -77,7 +77,9 @@ def test_launch_configs_are_checked_without_a_gpu():
     w4a32 = cuda.launch_config("w4a32", 8, 5120, 1280, 64, "bfloat16", {"k_groups": 4})
     assert w4a32.activation == "float32"  # the draft path reads float32 activations
     with pytest.raises(ValueError, match="no CUDA source"):
-        cuda.launch_config("fp16_matrix", 8, 5120, 1280, 64, "float16", {})
+        cuda.launch_config("stock", 8, 5120, 1280, 64, "float16", {})
+    fp16 = cuda.launch_config("fp16_matrix", 8, 5120, 1280, 64, "float16", {"k_groups": 4})
+    assert fp16.template["K_GROUPS"] == 1  # its contract never splits K
 
 
 def _round_once(v, bits: int):
@@ -158,6 +160,12 @@ def test_every_sm90_table_kernel_compiles_for_sm90_without_spills():
         assert rep.registers > 0, (key, rep)
         assert rep.spill_bytes == KNOWN_SPILL_BYTES.get((e["variant"], shape), 0), (key, rep)
     assert len(seen) >= 5
+    from kernels.variants import VARIANTS
+
+    for name in VARIANTS:  # and every CUDA source at M=8 on gate/up, selected or not
+        if cuda.has_source(name) and not any(key[0] == name for key in seen):
+            cfg = cuda.launch_config(name, 8, 5120, 17408, 64, "float16", {})
+            assert cuda_offline.compile_sm90(name, cfg.activation, cfg.template).registers > 0
 
 
 def test_cuda_launch_rejects_shapes_that_do_not_tile():
@@ -168,7 +176,11 @@ def test_cuda_launch_rejects_shapes_that_do_not_tile():
         cuda.launch("scalar_kmajor", mx.zeros((8, 256), dtype=mx.bfloat16), qw,
                     {"n_tile": 16})
     assert [cuda.vector_width(w) for w in (20, 6, 17)] == [4, 2, 1]
-    assert not cuda.has_source("fp16_matrix") and cuda.has_source("w4a32")
+    assert not cuda.has_source("stock") and cuda.has_source("w4a32")
+    from kernels.variants import VARIANTS
+
+    # Every variant with a Metal source has a CUDA one (fp16_matrix: mma_verify's at 1 group).
+    assert all(cuda.has_source(n) for n, v in VARIANTS.items() if v.METAL_SOURCE)
 
 
 def test_h200_result_file_ingests_as_a_real_device(tmp_path):

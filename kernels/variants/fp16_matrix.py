@@ -4,6 +4,9 @@ Contract: activations and dequantized weights (``scale * q + bias`` in float32) 
 and multiplied as 8x8 ``simdgroup_matrix<half>`` tiles, products accumulated in float32 tiles
 (``simdgroup_matrix<float>``) sequentially along K; one rounding to the activation dtype. The fp16
 rounding of the weights is the only extra error against stock, at most 2^-11 relative per weight.
+
+CUDA: the same contract is ``mma_verify``'s at one K group (fp16 operands on m16n8k16 tensor-core
+tiles, float32 accumulation sequentially along K), so that source serves both.
 """
 
 from __future__ import annotations
@@ -12,12 +15,13 @@ import mlx.core as mx
 
 from kernels.qweights import QWeights
 from kernels.variants._metal_common import DEQUANT_HEADER
+from kernels.variants import mma_verify
 from kernels.variants._portable import split_k
 
 NAME = "fp16_matrix"
 ROWS = 8
 DEFAULTS = {"n_tile": 8}
-FIXED_PARAMS = {"n_tile": 8}  # one 8x8 simdgroup tile per SIMD group, whatever the table says
+FIXED_PARAMS = {"n_tile": 8, "k_groups": 1}  # one 8x8 tile per SIMD group, K never split
 
 # Template parameters: T, K, N, GS. One SIMD group computes one 8 x 8 output tile.
 METAL_SOURCE = r"""
@@ -49,3 +53,8 @@ HEADER = DEQUANT_HEADER
 
 def portable(x: mx.array, qw: QWeights, params: dict) -> mx.array:
     return split_k(x, qw, layout="sequential", k_groups=1, operand_dtype=mx.float16)
+
+
+CUDA_SOURCE = mma_verify.CUDA_SOURCE
+CUDA_HEADER = mma_verify.CUDA_HEADER
+CUDA_LAYOUT = "mma"
