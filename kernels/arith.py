@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import OrderedDict
 
 import mlx.core as mx
+import numpy as np
 
 LANES = 32
 WORD = 8  # 4-bit values per packed uint32 word
@@ -73,8 +74,6 @@ def dequantize_fused(wq: mx.array, scales: mx.array, biases: mx.array, group_siz
     """
 
     def build() -> mx.array:
-        import numpy as np
-
         q = np.array(wq).astype(np.uint32)
         n = q.shape[0]
         shifts = np.arange(0, 32, bits, dtype=np.uint32)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
+from kernels.dispatch import dtype_name
 from kernels.qweights import QWeights
 from kernels.variants import VARIANTS
 
@@ -83,7 +84,7 @@ def _split_k_config(name: str, m: int, k: int, n: int, group_size: int, dtype: s
                     p: dict) -> LaunchConfig:
     v = VARIANTS[name]
     act = getattr(v, "ACTIVATION_DTYPE", None)
-    act = str(act).removeprefix("mlx.core.") if act is not None else dtype
+    act = dtype_name(act) if act is not None else dtype
     n_tile = int(p.get("n_tile", 8))
     k_groups = int(p.get("k_groups", 1))
     contiguous = v.CUDA_LAYOUT == "contiguous"
@@ -115,8 +116,7 @@ def launch_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str
 
 def launch(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
     m, k = x.shape
-    cfg = launch_config(name, m, k, qw.n, qw.group_size, str(x.dtype).removeprefix("mlx.core."),
-                        params)
+    cfg = launch_config(name, m, k, qw.n, qw.group_size, dtype_name(x.dtype), params)
     xin = x.astype(getattr(mx, cfg.activation))
     (y,) = _build(name)(
         inputs=[xin, qw.wq, qw.scales, qw.biases],

@@ -2,17 +2,21 @@
 H200's real result file going into the history as a real (not emulated) device."""
 
 import json
+import os
 import subprocess
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 import mlx.core as mx
+import numpy as np
 import pytest
 
 from dflash2.device import DeviceIdentity, parse_selectors
-from kernels import cuda, cuda_offline
+from kernels import arith, cuda, cuda_offline
 from kernels.qweights import QWeights
 from kernels.selection import select
+from kernels.variants import VARIANTS
 
 ROOT = Path(__file__).resolve().parents[1]
 H200_JSONL = ROOT / "bench" / "results" / "h200" / "h200_suites.jsonl"
@@ -84,8 +88,6 @@ def test_launch_configs_are_checked_without_a_gpu():
 
 def _round_once(v, bits: int):
     """Nearest-even rounding of an exact rational to ``bits`` significant bits."""
-    from fractions import Fraction
-
     if v == 0:
         return v
     a = abs(v)
@@ -104,12 +106,6 @@ def test_fused_dequantization_rounds_once():
     """mma_weights_a's contract: scale * q + bias rounded once, as __hfma2 does. A crafted bf16
     weight where rounding through float32 first gives the other neighbour, then random ones
     against exact rational arithmetic."""
-    from fractions import Fraction
-
-    import numpy as np
-
-    from kernels import arith
-
     wq = mx.array(np.array([[3, 0, 0, 0, 0, 0, 0, 0]], np.uint32))
     s = mx.array([[1.0078125]], mx.bfloat16)  # 3 s = 3.0234375, a bf16 midpoint
     b = mx.array([[-(2.0 ** -30)]], mx.bfloat16)  # just below it
@@ -117,7 +113,7 @@ def test_fused_dequantization_rounds_once():
     twice = np.array(arith.round_through(arith.dequantize_f32(wq, s, b, 64, 4),
                                          mx.bfloat16))[0, 0]
     assert (once, twice) == (3.015625, 3.03125)
-    rng = np.random.default_rng(int.from_bytes(__import__("os").urandom(4), "little"))
+    rng = np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
     for dtype, bits in ((mx.bfloat16, 8), (mx.float16, 11)):
         qw = QWeights.quantize(mx.array(rng.standard_normal((16, 128)).astype(np.float32)),
                                64, 4, dtype)
@@ -160,8 +156,6 @@ def test_every_sm90_table_kernel_compiles_for_sm90_without_spills():
         assert rep.registers > 0, (key, rep)
         assert rep.spill_bytes == KNOWN_SPILL_BYTES.get((e["variant"], shape), 0), (key, rep)
     assert len(seen) >= 5
-    from kernels.variants import VARIANTS
-
     for name in VARIANTS:  # and every CUDA source at M=8 on gate/up, selected or not
         if cuda.has_source(name) and not any(key[0] == name for key in seen):
             cfg = cuda.launch_config(name, 8, 5120, 17408, 64, "float16", {})
@@ -177,8 +171,6 @@ def test_cuda_launch_rejects_shapes_that_do_not_tile():
                     {"n_tile": 16})
     assert [cuda.vector_width(w) for w in (20, 6, 17)] == [4, 2, 1]
     assert not cuda.has_source("stock") and cuda.has_source("w4a32")
-    from kernels.variants import VARIANTS
-
     # Every variant with a Metal source has a CUDA one (fp16_matrix: mma_verify's at 1 group).
     assert all(cuda.has_source(n) for n, v in VARIANTS.items() if v.METAL_SOURCE)
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import mlx.core as mx
 
 from kernels.qweights import QWeights
-from kernels.variants._metal_common import DEQUANT_HEADER
 from kernels.variants import mma_verify
+from kernels.variants._metal_common import DEQUANT_HEADER
 from kernels.variants._portable import split_k
 
 NAME = "fp16_matrix"
