@@ -6,8 +6,13 @@ using namespace metal;
 
 // One packed uint32 word holds 8 consecutive 4-bit values of one output row n at K offset k.
 // Dequantized in float32 exactly as MLX's own QMM does: scale * q + bias.
-inline void dequant_word(const device uint32_t* w, const device T* scales,
-                         const device T* biases, uint n, uint k, uint K, thread float out[8]) {
+// MLX places this header at file scope, before the kernel's template signature, so nothing here
+// may name the kernel's template parameters (T, GS): the group size is an explicit template
+// argument and the pointer types are deduced. Deduced pointers also accept MLX's `constant`
+// buffers (arrays under 8 elements) and scales stored in a dtype other than the activations'.
+template <int GS, typename WPtr, typename SPtr>
+inline void dequant_word(WPtr w, SPtr scales, SPtr biases, uint n, uint k, uint K,
+                         thread float out[8]) {
   const uint32_t word = w[n * (K / 8) + k / 8];
   const float s = float(scales[n * (K / GS) + k / GS]);
   const float b = float(biases[n * (K / GS) + k / GS]);
@@ -37,7 +42,7 @@ SPLIT_K_BODY = r"""
   for (uint k = k_first; k < k_end; k += k_step) {
     for (uint t = 0; t < N_TILE; ++t) {
       float wv[8];
-      dequant_word(w, scales, biases, n0 + t, k, K, wv);
+      dequant_word<GS>(w, scales, biases, n0 + t, k, K, wv);
       for (uint m = 0; m < M_ROWS; ++m)
         for (uint j = 0; j < 8; ++j) acc[m][t] = fma(float(x[m * K + k + j]), wv[j], acc[m][t]);
     }

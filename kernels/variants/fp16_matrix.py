@@ -32,7 +32,7 @@ METAL_SOURCE = r"""
   for (uint k = 0; k < K; k += 8) {
     if (lane < 8) {
       float wv[8];
-      dequant_word(w, scales, biases, n0 + lane, k, K, wv);
+      dequant_word<GS>(w, scales, biases, n0 + lane, k, K, wv);
       for (uint j = 0; j < 8; ++j) wt[j][lane] = half(wv[j]);
     }
     threadgroup_barrier(mem_flags::mem_threadgroup);

@@ -38,7 +38,7 @@ METAL_SOURCE = r"""
       for (uint j = 0; j < 8; ++j) xv[m][j] = float(x[m * K + k + j]);
     for (uint t = 0; t < N_TILE; ++t) {
       float wv[8];
-      dequant_word(w, scales, biases, n0 + t, k, K, wv);
+      dequant_word<GS>(w, scales, biases, n0 + t, k, K, wv);
       for (uint j = 0; j < 8; ++j)
         for (uint m = 0; m < M_ROWS; ++m) acc[m][t] = fma(xv[m][j], wv[j], acc[m][t]);
     }
