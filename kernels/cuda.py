@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
+from kernels import tiling
 from kernels.dispatch import dtype_name
 from kernels.qweights import QWeights
 from kernels.variants import VARIANTS
@@ -50,10 +51,7 @@ class LaunchConfig:
 
 def _mma_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
                 p: dict) -> LaunchConfig:
-    k_groups = int(p.get("k_groups", 1))
-    if (m > 16 or k % (128 * k_groups) or n % 8 or group_size % 32
-            or dtype not in ("bfloat16", "float16")):
-        raise ValueError(f"{name}: ({m}, {k}) x ({k}, {n}) {dtype} does not tile with {p}")
+    k_groups = int(p["k_groups"])
     return LaunchConfig({"M_ROWS": m, "K_GROUPS": k_groups, "K": k, "N": n, "GS": group_size,
                          "IS_BF16": dtype == "bfloat16"},
                         (n // 8) * 32 * k_groups, 32 * k_groups, dtype)
@@ -62,36 +60,27 @@ def _mma_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
 def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
                       p: dict) -> LaunchConfig:
     """``unroll`` shrinks to the largest of 4, 2, 1 not above the request that divides a
-    group's K steps; the K-group partial sums must fit the 48 KiB of static shared memory."""
-    n_tile = int(p.get("n_tile", 32))
-    k_groups = int(p.get("k_groups", 1))
-    steps = k // 128 if k % 128 == 0 else 0
-    if (not 1 <= m <= 16 or n_tile % 16 or n % n_tile or not steps or steps % k_groups
-            or group_size % 32 or dtype not in ("bfloat16", "float16")):
-        raise ValueError(f"{name}: ({m}, {k}) x ({k}, {n}) {dtype} does not tile with {p}")
-    m_tiles = (m + 7) // 8
-    if k_groups * 8 * m_tiles * n_tile * 4 > 48 * 1024:
-        raise ValueError(f"{name}: {p} needs more than 48 KiB of shared memory")
-    want = int(p.get("unroll", 2))
-    unroll = next(u for u in (4, 2, 1) if u <= want and (steps // k_groups) % u == 0)
+    group's K steps (the tiling guarantees whole 128-value steps per group)."""
+    n_tile, k_groups = int(p["n_tile"]), int(p["k_groups"])
+    group_steps = k // 128 // k_groups
+    want = int(p["unroll"])
+    unroll = next(u for u in (4, 2, 1) if u <= want and group_steps % u == 0)
     return LaunchConfig({"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups,
-                         "UNROLL": unroll, "PREFETCH": bool(int(p.get("prefetch", 0))),
+                         "UNROLL": unroll, "PREFETCH": bool(int(p["prefetch"])),
                          "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"},
                         (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype)
 
 
 def _split_k_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
                     p: dict) -> LaunchConfig:
+    """VEC: the widest word load that tiles a lane's share of K (contiguous layout only) and
+    stays inside one quantization group."""
     v = VARIANTS[name]
     act = getattr(v, "ACTIVATION_DTYPE", None)
     act = dtype_name(act) if act is not None else dtype
-    n_tile = int(p.get("n_tile", 8))
-    k_groups = int(p.get("k_groups", 1))
+    n_tile, k_groups = int(p["n_tile"]), int(p["k_groups"])
     contiguous = v.CUDA_LAYOUT == "contiguous"
-    lane_words = k // 8 // k_groups // 32
-    if k % (256 * k_groups) or n % n_tile or lane_words < 1:
-        raise ValueError(f"{name}: shape ({m}, {k}) x ({k}, {n}) does not tile with {p}")
-    vec = vector_width(lane_words) if contiguous else 1
+    vec = vector_width(k // 8 // k_groups // 32) if contiguous else 1
     if group_size % (8 * vec):
         vec = 1
     return LaunchConfig({"M_ROWS": m, "N_TILE": n_tile, "K_GROUPS": k_groups, "VEC": vec,
@@ -105,13 +94,14 @@ _CONFIGS = {"mma": _mma_config, "mma_weights_a": _weights_a_config,
 
 def launch_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
                   params: dict) -> LaunchConfig:
-    """The template constants and grid of one launch, or ValueError if the shape cannot tile."""
+    """The template constants and grid of one launch; ``tiling.TilingError`` (a ValueError) if
+    the variant's ``CUDA_TILING`` says the shape, dtype or params cannot tile."""
     v = VARIANTS[name]
-    if not has_source(name):
+    if not has_source(name):  # stock tiles anything, but through MLX's kernel, not ours
         raise ValueError(f"{name} has no CUDA source")
-    fixed = getattr(v, "FIXED_PARAMS", {})
+    tiling.check(name, "cuda", m, k, n, dtype, group_size, params)
     return _CONFIGS[v.CUDA_LAYOUT](name, m, k, n, group_size, dtype,
-                                   {**v.DEFAULTS, **params, **fixed})
+                                   tiling.merged_params(v, params))
 
 
 def launch(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:

@@ -3,6 +3,8 @@
 The table is data: each entry expands to exact keys (device, dtype, M, K, N, bits, group size).
 A key that is missing falls back to stock with the most specific reason the table supports:
 no entry at all for the device -> unsupported-device; none for its dtype -> dtype; else shape.
+Every key is checked at load against what the variant's source can tile on the back-end its
+device runs (kernels/tiling.py), so a table that would launch a kernel out of bounds never loads.
 """
 
 from __future__ import annotations
@@ -10,10 +12,12 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dflash2.device import DeviceIdentity
+from kernels import tiling
 
 TUNED = "tuned"
 FALLBACK_DEVICE = "fallback:unsupported-device"
@@ -55,6 +59,16 @@ def device_key(device: DeviceIdentity) -> str:
     return device.arch
 
 
+# Which kernel back-end a device key's custom kernels run on.
+BACKEND_OF_KEY = ((re.compile(r"g\d+[a-z]+"), "metal"), (re.compile(r"sm_\d+"), "cuda"))
+
+
+def backend_of(key: str) -> str | None:
+    """"metal" for an Apple GPU key (g13s), "cuda" for an NVIDIA arch (sm_90), else None."""
+    return next((backend for pattern, backend in BACKEND_OF_KEY if pattern.fullmatch(key)),
+                None)
+
+
 def build_table(data: dict) -> Table:
     from kernels.variants import VARIANTS
 
@@ -63,7 +77,12 @@ def build_table(data: dict) -> Table:
     for i, e in enumerate(data["entries"]):
         if e["variant"] not in VARIANTS:
             raise ValueError(f"selection table entry {i}: unknown variant {e['variant']!r}")
+        params = dict(e.get("params", {}))
         for dev in e["devices"]:
+            backend = backend_of(dev)
+            if backend is None:
+                raise ValueError(f"selection table entry {i}: device {dev!r} is neither an Apple "
+                                 "GPU (g<generation><size>, e.g. g13s) nor a CUDA arch (sm_90)")
             for dtype in e["dtypes"]:
                 for gs in e["group_sizes"]:
                     for shape in e["shapes"]:
@@ -71,7 +90,12 @@ def build_table(data: dict) -> Table:
                         key = (dev, dtype, int(e["M"]), k, n, int(e["bits"]), int(gs))
                         if key in index:
                             raise ValueError(f"selection table entry {i}: duplicate key {key}")
-                        index[key] = (e["variant"], dict(e.get("params", {})))
+                        try:
+                            tiling.check(e["variant"], backend, key[2], k, n, dtype, key[6],
+                                         params)
+                        except tiling.TilingError as err:
+                            raise ValueError(f"selection table entry {i} ({dev}): {err}") from None
+                        index[key] = (e["variant"], dict(params))
     return Table(
         shapes=shapes,
         index=index,

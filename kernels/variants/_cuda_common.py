@@ -6,6 +6,8 @@ body, so the sources below only name inputs (x, w, scales, biases), the output (
 template constants.
 """
 
+from kernels.tiling import Tiling
+
 CUDA_HEADER = r"""
 // Eight consecutive activations as float32: one 16-byte load for 2-byte types, two for float.
 template <typename T>
@@ -149,3 +151,7 @@ SPLIT_K_BODY = r"""
     y[m * N + n0 + t] = static_cast<T>(total);
   }
 """
+# What SPLIT_K_BODY tiles: each lane of a K group owns whole words of every 32-word (256-value)
+# block (K % (256 * k_groups)), a block writes whole N_TILE column tiles, and the group sums
+# partial[K_GROUPS][M_ROWS * N_TILE] live in static shared memory.
+SPLIT_K_TILING = Tiling(shared_floats=("k_groups", "M", "n_tile"))

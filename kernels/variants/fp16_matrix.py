@@ -11,9 +11,12 @@ tiles, float32 accumulation sequentially along K), so that source serves both.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import mlx.core as mx
 
 from kernels.qweights import QWeights
+from kernels.tiling import Tiling
 from kernels.variants import mma_verify
 from kernels.variants._metal_common import DEQUANT_HEADER
 from kernels.variants._portable import split_k
@@ -49,6 +52,9 @@ METAL_SOURCE = r"""
   for (uint i = lane; i < 64; i += 32) y[(i / 8) * N + n0 + (i % 8)] = static_cast<T>(out[i / 8][i % 8]);
 """
 HEADER = DEQUANT_HEADER
+# x is loaded as `device half*` whatever T is, and every tile loads 8 rows of it: float16
+# activations at exactly M = 8; K in steps of 8, N in 8-column tiles.
+METAL_TILING = Tiling(rows=(8, 8), dtypes=("float16",), k_multiple=(8,), n_multiple=(8,))
 
 
 def portable(x: mx.array, qw: QWeights, params: dict) -> mx.array:
@@ -58,3 +64,6 @@ def portable(x: mx.array, qw: QWeights, params: dict) -> mx.array:
 CUDA_SOURCE = mma_verify.CUDA_SOURCE
 CUDA_HEADER = mma_verify.CUDA_HEADER
 CUDA_LAYOUT = "mma"
+# mma_verify's tiling, with fp16 operands only: bf16 activations would run bf16 tiles, which is
+# not this contract (its portable form rounds the operands to fp16).
+CUDA_TILING = replace(mma_verify.CUDA_TILING, dtypes=("float16",))

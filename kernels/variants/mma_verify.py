@@ -17,6 +17,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from kernels.qweights import QWeights
+from kernels.tiling import Tiling
 from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 from kernels.variants._cuda_common import MMA_HEADER
 from kernels.variants._portable import split_k
@@ -87,6 +88,10 @@ CUDA_SOURCE = r"""
 """
 CUDA_HEADER = _CUDA_HEADER + MMA_HEADER
 CUDA_LAYOUT = "mma"
+# Half-precision mma operands only; whole 128-value steps per K group; blocks of 8 columns; a
+# lane's 32 consecutive values share one scale (group_size % 32); partial[K_GROUPS][16][8].
+CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"),
+                     n_multiple=(8,), group_multiple=32, shared_floats=("k_groups", 16, 8))
 
 
 def portable(x: mx.array, qw: QWeights, params: dict) -> mx.array:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from kernels.qweights import QWeights
+from kernels.tiling import Tiling
 from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 from kernels.variants._cuda_common import MMA_HEADER
 from kernels.variants._portable import split_k
@@ -35,6 +36,13 @@ DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0}
 METAL_SOURCE = None
 HEADER = ""
 CUDA_LAYOUT = "mma_weights_a"
+# Half-precision mma operands only; whole 128-value K steps per K group; 16-column A tiles
+# (n_tile % 16) covering N; a lane's 32 values share one scale (group_size % 32); the group
+# sums partial[K_GROUPS][8 * M_TILES][n_tile] must fit 48 KiB of static shared memory.
+CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"),
+                     group_multiple=32, positive=("n_tile", "k_groups", "unroll"),
+                     param_choices=(("prefetch", (0, 1)),), param_multiples=(("n_tile", 16),),
+                     shared_floats=("k_groups", "M8", "n_tile"))
 
 # Constants: M_ROWS (<= 16), COL_TILES (16-column tiles a warp owns: n_tile / 16), K_GROUPS,
 # UNROLL (K steps of 128 whose loads go out together), PREFETCH, K, N, GS, IS_BF16; type T.

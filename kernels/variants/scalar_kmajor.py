@@ -13,14 +13,15 @@ from __future__ import annotations
 import mlx.core as mx
 
 from kernels.qweights import QWeights
+from kernels.tiling import Tiling
 from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
-from kernels.variants._cuda_common import SPLIT_K_BODY
+from kernels.variants._cuda_common import SPLIT_K_BODY, SPLIT_K_TILING
 from kernels.variants._metal_common import DEQUANT_HEADER
 from kernels.variants._portable import split_k
 
 NAME = "scalar_kmajor"
 ROWS = 8
-DEFAULTS = {"n_tile": 8}
+DEFAULTS = {"n_tile": 8, "k_groups": 1}
 
 # Template parameters: T (activation type), M_ROWS, N_TILE, K, N, GS.
 # Grid: (N / N_TILE) SIMD groups of 32 threads; threadgroup = one SIMD group.
@@ -50,6 +51,9 @@ METAL_SOURCE = r"""
     }
 """
 HEADER = DEQUANT_HEADER
+# Lane l walks K/32 values 8 at a time: K % 256. The source has no K groups (K_GROUPS would
+# only widen the threadgroup, and every extra SIMD group would recompute the same outputs).
+METAL_TILING = Tiling(param_choices=(("k_groups", (1,)),))
 
 # CUDA (sm_90): the same contract, K contiguous over the lanes of each warp; the table may add
 # k_groups > 1 (contiguous K groups, one warp each, summed in order) where N is too narrow to
@@ -57,6 +61,7 @@ HEADER = DEQUANT_HEADER
 CUDA_SOURCE = SPLIT_K_BODY
 CUDA_HEADER = _CUDA_HEADER
 CUDA_LAYOUT = "contiguous"
+CUDA_TILING = SPLIT_K_TILING
 
 
 def portable(x: mx.array, qw: QWeights, params: dict) -> mx.array:

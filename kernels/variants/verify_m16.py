@@ -11,6 +11,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from kernels.qweights import QWeights
+from kernels.tiling import Tiling
 from kernels.variants import scalar_kmajor
 from kernels.variants._metal_common import DEQUANT_HEADER
 from kernels.variants._metal_common import SPLIT_K_BODY as METAL_SPLIT_K_BODY
@@ -24,10 +25,15 @@ DEFAULTS = {"n_tile": 4, "k_groups": 2}
 METAL_SOURCE = METAL_SPLIT_K_BODY  # with LAYOUT_CONTIGUOUS = true
 METAL_LAYOUT = "contiguous"
 HEADER = DEQUANT_HEADER
+# The split-K body's rules: each lane walks K / k_groups / 32 values 8 at a time
+# (K % (256 * k_groups)); whole N_TILE tiles; partial[K_GROUPS][M_ROWS][N_TILE] floats of
+# threadgroup memory.
+METAL_TILING = Tiling(shared_floats=("k_groups", "M", "n_tile"))
 # CUDA: the scalar K-major source with M_ROWS = 16 and K_GROUPS = 2 (this contract's split).
 CUDA_SOURCE = scalar_kmajor.CUDA_SOURCE
 CUDA_HEADER = scalar_kmajor.CUDA_HEADER
 CUDA_LAYOUT = "contiguous"
+CUDA_TILING = scalar_kmajor.CUDA_TILING
 
 
 def portable(x: mx.array, qw: QWeights, params: dict) -> mx.array:

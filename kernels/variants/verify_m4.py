@@ -14,13 +14,15 @@ from kernels.variants._portable import split_k
 
 NAME = "verify_m4"
 ROWS = 4
-DEFAULTS = {"n_tile": 16}
+DEFAULTS = {"k_groups": 1, "n_tile": 16}
 # The scalar K-major source, instantiated with M_ROWS = 4 (the template parameter).
 METAL_SOURCE = scalar_kmajor.METAL_SOURCE
 HEADER = scalar_kmajor.HEADER
+METAL_TILING = scalar_kmajor.METAL_TILING
 CUDA_SOURCE = scalar_kmajor.CUDA_SOURCE
 CUDA_HEADER = scalar_kmajor.CUDA_HEADER
 CUDA_LAYOUT = "contiguous"
+CUDA_TILING = scalar_kmajor.CUDA_TILING
 
 
 def portable(x: mx.array, qw: QWeights, params: dict) -> mx.array:

@@ -17,13 +17,15 @@ from kernels.variants._portable import split_k
 NAME = "w4a32"
 ROWS = 8
 ACTIVATION_DTYPE = mx.float32  # the kernel widens activations once, before it runs
-DEFAULTS = {"n_tile": 8}
+DEFAULTS = {"k_groups": 1, "n_tile": 8}
 # The scalar K-major source instantiated with T = float.
 METAL_SOURCE = scalar_kmajor.METAL_SOURCE
 HEADER = scalar_kmajor.HEADER
+METAL_TILING = scalar_kmajor.METAL_TILING
 CUDA_SOURCE = scalar_kmajor.CUDA_SOURCE
 CUDA_HEADER = scalar_kmajor.CUDA_HEADER
 CUDA_LAYOUT = "contiguous"
+CUDA_TILING = scalar_kmajor.CUDA_TILING
 
 
 def portable(x: mx.array, qw: QWeights, params: dict) -> mx.array:
