@@ -1,0 +1,137 @@
+"""clang for the emulator: which one, with which flags, and the cache of what it built.
+
+The compiler is ``DFLASH2_CLANG`` (a clang++ path), else the clang that the ``ziglang`` wheel
+carries (a pip dependency on Linux, so a fresh venv has one), else ``clang++`` on PATH. Builds
+are cached by the hash of everything that shapes them (compiler identity, flags, shim, runtime,
+source): a second run compiles nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from kernels.metal_emu import lower
+from kernels.metal_emu.mlx_metal import cache_root
+
+ENV_CLANG = "DFLASH2_CLANG"
+HERE = Path(__file__).parent
+SHIM = HERE / "shim"
+RUNTIME = HERE / "runtime" / "runtime.cpp"
+
+# C++17 as MSL is; no fast math and no FP contraction (only an explicit fma fuses, as the
+# portable forms assume); unknown attributes are checked by lower.unknown_attributes instead.
+KERNEL_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-fno-exceptions", "-fno-rtti",
+                "-ffp-contract=off", "-fno-fast-math", "-nostdinc", "-Wno-unknown-attributes",
+                "-Wno-ignored-attributes", "-ferror-limit=8", "-fno-color-diagnostics"]
+
+
+class CompileError(RuntimeError):
+    """A Metal source the shim's compiler refuses; the message carries clang's diagnostics."""
+
+
+class NoCompiler(RuntimeError):
+    pass
+
+
+@functools.cache
+def compiler() -> tuple[str, ...]:
+    given = os.environ.get(ENV_CLANG)
+    if given:
+        return (given,)
+    if importlib.util.find_spec("ziglang") is not None:
+        return (sys.executable, "-m", "ziglang", "c++")
+    found = shutil.which("clang++")
+    if found:
+        return (found,)
+    raise NoCompiler("no clang for the Metal emulator: pip install ziglang, install clang++, "
+                     f"or set {ENV_CLANG}")
+
+
+@functools.cache
+def compiler_id() -> str:
+    r = subprocess.run([*compiler(), "--version"], capture_output=True, text=True)
+    return r.stdout.splitlines()[0] if r.returncode == 0 and r.stdout else " ".join(compiler())
+
+
+@functools.cache
+def _shim_digest() -> str:
+    h = hashlib.sha256()
+    for p in sorted(SHIM.iterdir()):
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    h.update(RUNTIME.read_bytes())
+    return h.hexdigest()
+
+
+def build_dir() -> Path:
+    d = cache_root() / "metal-emu"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _key(*parts: str) -> str:
+    h = hashlib.sha256()
+    for p in (compiler_id(), _shim_digest(), *parts):
+        h.update(p.encode() + b"\0")
+    return h.hexdigest()[:24]
+
+
+def _run(args: list[str], what: str) -> None:
+    r = subprocess.run([*compiler(), *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        diag = "\n".join(line for line in r.stderr.splitlines()
+                         if "warning: argument unused" not in line)
+        raise CompileError(f"{what} does not compile:\n{diag.strip()}")
+
+
+def _publish(tmp: Path, target: Path) -> Path:
+    os.replace(tmp, target)
+    return target
+
+
+def check_source(source: str, name: str, extra_includes: tuple[Path, ...] = ()) -> None:
+    """Compile ``source`` (a Metal translation unit) strictly, producing nothing."""
+    bad = lower.unknown_attributes(source)
+    if bad:
+        raise CompileError(f"{name} does not compile: unknown attribute(s) {', '.join(bad)}")
+    with tempfile.TemporaryDirectory(prefix="dflash2-check-") as tmp:
+        src = Path(tmp) / f"{name}.metal.cpp"
+        src.write_text(lower.lower(source))
+        inc = [f"-I{d}" for d in (SHIM, *extra_includes)]
+        _run(["-x", "c++", *KERNEL_FLAGS, *inc, "-fsyntax-only", str(src)], name)
+
+
+def build_kernel(source: str, entry: str, name: str) -> Path:
+    """A shared library holding the exact ``source`` (lowered) and the executor ``entry``;
+    cached by content."""
+    key = _key(" ".join(KERNEL_FLAGS), source, entry)
+    target = build_dir() / f"{name}-{key}.so"
+    if target.exists():
+        return target
+    bad = lower.unknown_attributes(source)
+    if bad:
+        raise CompileError(f"{name} does not compile: unknown attribute(s) {', '.join(bad)}")
+    src = build_dir() / f"{name}-{key}.metal.cpp"
+    src.write_text(lower.lower(source) + entry)
+    tmp = build_dir() / f".{target.name}.{os.getpid()}.tmp"
+    _run(["-x", "c++", *KERNEL_FLAGS, f"-I{SHIM}", "-shared", "-o", str(tmp), str(src)], name)
+    return _publish(tmp, target)
+
+
+@functools.cache
+def build_runtime() -> Path:
+    key = _key("runtime")
+    target = build_dir() / f"runtime-{key}.so"
+    if target.exists():
+        return target
+    tmp = build_dir() / f".{target.name}.{os.getpid()}.tmp"
+    _run(["-std=c++17", "-O2", "-fPIC", "-shared", f"-I{SHIM}", "-o", str(tmp), str(RUNTIME)],
+         "the executor runtime")
+    return _publish(tmp, target)
