@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-_KERNEL = re.compile(r"\[\[kernel\]\] void (?P<name>\w+)\(\n(?P<params>.*?)\) \{\n", re.S)
+_KERNEL = re.compile(r"\[\[kernel\]\] void (?P<name>\w+)\(\n(?P<params>.*?)\) \{\n", re.DOTALL)
 _PARAM = re.compile(
     r"^\s*(?P<type>.+?)\s*(?P<name>\w+) \[\[(?P<attr>\w+)(?:\((?P<index>\d+)\))?\]\]$")
 _INSTANCE = re.compile(r"decltype\((?P<callee>\w+<.*?>)\) (?P=callee);")

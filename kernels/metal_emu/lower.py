@@ -25,7 +25,7 @@ import re
 
 _TG_DECL = re.compile(
     r"(?P<lead>(?:^|[;{}])[ \t]*)(?P<decl>threadgroup\s+[A-Za-z_][\w:<>, \t]*?\s+[A-Za-z_]\w*\s*[\[;=({])",
-    re.M)
+    re.MULTILINE)
 _METHOD_AS = re.compile(r"(?P<head>\)\s*(?:const\s+)?)(?:threadgroup|device|constant)\b(?=\s*[{:;=])")
 _INSTANCE_ATTRS = re.compile(r"\btemplate(?P<attrs>(?:\s*\[\[[^\]]*\]\])+)(?=\s*decltype\b)")
 _ATTR = re.compile(r"\[\[\s*(?P<name>[A-Za-z_]\w*)")

@@ -23,7 +23,7 @@ import mlx.core as mx
 from kernels.metal_emu import mlx_metal
 
 _lock = threading.Lock()
-_PRINTED = re.compile(r"Generated source code for `[^`]*`:\n```\n(?P<src>.*)\n```\n", re.S)
+_PRINTED = re.compile(r"Generated source code for `[^`]*`:\n```\n(?P<src>.*)\n```\n", re.DOTALL)
 
 
 @contextlib.contextmanager
@@ -54,7 +54,8 @@ def generated_source(kernel, inputs: list[mx.array], *, template: list, grid: tu
         out = os.path.join(tmp, "stdout")
         with _stdout_to(out):
             mx.export_function(os.path.join(tmp, "k.mlxfn"), call, *inputs)
-        printed = open(out, encoding="utf-8").read()
+        with open(out, encoding="utf-8") as f:
+            printed = f.read()
     m = _PRINTED.search(printed)
     if m is None:
         raise RuntimeError(f"MLX printed no generated source while tracing: {printed[:200]!r}")

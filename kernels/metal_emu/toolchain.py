@@ -57,7 +57,8 @@ def compiler() -> tuple[str, ...]:
 
 @functools.cache
 def compiler_id() -> str:
-    r = subprocess.run([*compiler(), "--version"], capture_output=True, text=True)
+    r = subprocess.run([*compiler(), "--version"], check=False, capture_output=True,
+                       text=True)
     return r.stdout.splitlines()[0] if r.returncode == 0 and r.stdout else " ".join(compiler())
 
 
@@ -84,7 +85,7 @@ def _key(*parts: str) -> str:
 
 
 def _run(args: list[str], what: str) -> None:
-    r = subprocess.run([*compiler(), *args], capture_output=True, text=True)
+    r = subprocess.run([*compiler(), *args], check=False, capture_output=True, text=True)
     if r.returncode != 0:
         diag = "\n".join(line for line in r.stderr.splitlines()
                          if "warning: argument unused" not in line)

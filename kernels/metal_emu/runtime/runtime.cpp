@@ -40,6 +40,7 @@ enum State { kRunnable, kWaitSimd, kWaitTgBarrier, kWaitSgBarrier, kDone };
 
 struct Lane {
   ucontext_t ctx;
+  void* sp = nullptr;  // saved stack pointer (x86-64 fast switch)
   char* stack_map = nullptr;
   State state = kRunnable;
   __emu_lane_info info{};
@@ -94,7 +95,74 @@ void where(char* out, size_t n) {
 
 const __emu_lane_info* hook_lane() { return &g_cur->info; }
 
+void lane_main();
+
+// Switching threads. swapcontext saves the signal mask with a system call on every switch,
+// which dominated kernels with a barrier per K step; on x86-64 a switch is the callee-saved
+// registers and the FP control words, nothing more.
+#if defined(__x86_64__)
+extern "C" void emu_switch(void** save_sp, void* to_sp);
+asm(R"(
+.text
+.globl emu_switch
+.hidden emu_switch
+.type emu_switch,@function
+emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+.size emu_switch, .-emu_switch
+)");
+void* g_sched_sp = nullptr;
+
+void fiber_entry() {
+  lane_main();
+  emu_switch(&g_cur->sp, g_sched_sp);  // never resumed
+  __builtin_trap();
+}
+
+void fiber_init(Lane& l, char* stack_top) {
+  auto* sp = reinterpret_cast<uint64_t*>(stack_top);
+  *--sp = 0;                                          // keeps the ABI's call alignment
+  *--sp = reinterpret_cast<uint64_t>(&fiber_entry);   // where the first switch returns to
+  for (int r = 0; r < 6; ++r) *--sp = 0;              // rbp rbx r12 r13 r14 r15
+  uint32_t ctl[2];
+  asm volatile("stmxcsr %0" : "=m"(ctl[0]));
+  asm volatile("fnstcw %0" : "=m"(ctl[1]));
+  *--sp = static_cast<uint64_t>(ctl[0]) | (static_cast<uint64_t>(ctl[1] & 0xFFFF) << 32);
+  l.sp = sp;
+}
+void to_lane(Lane& l) { emu_switch(&g_sched_sp, l.sp); }
+void yield_to_scheduler() { emu_switch(&g_cur->sp, g_sched_sp); }
+#else
+void fiber_init(Lane& l, char* stack_top) {
+  getcontext(&l.ctx);
+  l.ctx.uc_stack.ss_sp = stack_top - kStack;
+  l.ctx.uc_stack.ss_size = kStack;
+  l.ctx.uc_link = &g_sched;
+  makecontext(&l.ctx, lane_main, 0);
+}
+void to_lane(Lane& l) { swapcontext(&g_sched, &l.ctx); }
 void yield_to_scheduler() { swapcontext(&g_cur->ctx, &g_sched); }
+#endif
 
 void hook_simd_collective(const void* in, void* out, unsigned long size, unsigned arg,
                           __emu_combine_fn combine, const void* site) {
@@ -174,7 +242,6 @@ void on_signal(int sig, siginfo_t* info, void* uctx) {
 void lane_main() {
   g_entry(g_args);
   g_cur->state = kDone;
-  // returns to g_sched through uc_link
 }
 
 // One resolution step over a blocked threadgroup; false when nothing could move (a deadlock).
@@ -275,18 +342,14 @@ void run_threadgroup(const unsigned tg_pos[3], const unsigned tg[3], const unsig
     i.thread_index_in_quadgroup = i.thread_index_in_threadgroup % 4;
     i.quadgroup_index_in_threadgroup = i.thread_index_in_threadgroup / 4;
     i.quadgroups_per_threadgroup = (tg_threads + 3) / 4;
-    getcontext(&l.ctx);
-    l.ctx.uc_stack.ss_sp = l.stack_map + 4096;  // one guard page below each stack
-    l.ctx.uc_stack.ss_size = kStack;
-    l.ctx.uc_link = &g_sched;
-    makecontext(&l.ctx, lane_main, 0);
+    fiber_init(l, l.stack_map + 4096 + kStack);  // one guard page below each stack
   }
   for (;;) {
     for (unsigned t = 0; t < nthreads; ++t) {
       Lane& l = g_lanes[t];
       if (l.state != kRunnable) continue;
       g_cur = &l;
-      swapcontext(&g_sched, &l.ctx);
+      to_lane(l);
       g_cur = nullptr;
     }
     bool live = false;
