@@ -47,7 +47,7 @@ def _runtime() -> ctypes.CDLL:
     lib.emu_launch.restype = ctypes.c_int
     lib.emu_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint),
-                               ctypes.c_double, ctypes.c_char_p, ctypes.c_ulong]
+                               ctypes.c_void_p, ctypes.c_void_p, ctypes.c_double, ctypes.c_char_p, ctypes.c_ulong]
     return lib
 
 
@@ -101,7 +101,9 @@ def launch(name: str, sig: glue.Signature, library: str, inputs: dict[str, Buffe
             err = ctypes.create_string_buffer(2048)
             g = (ctypes.c_uint * 3)(*grid)
             t = (ctypes.c_uint * 3)(*threadgroup)
-            if rt.emu_launch(entry, hooks, args, g, t, _time_limit(), err, len(err)):
+            lo, hi = ctypes.c_void_p(), ctypes.c_void_p()
+            lib["__emu_tg_bounds"](ctypes.byref(lo), ctypes.byref(hi))
+            if rt.emu_launch(entry, hooks, args, g, t, lo, hi, _time_limit(), err, len(err)):
                 raise EmulatorError(f"{name}: {err.value.decode(errors='replace')}")
             results = {}
             for oname, (_ptr, view, payload) in out_views.items():

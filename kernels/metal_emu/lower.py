@@ -4,7 +4,9 @@
    every thread of the threadgroup shares. C++ has no such storage class, and clang refuses an
    automatic variable in an address space; the executor runs threadgroups one at a time, so
    ``static`` storage in that address space has exactly these semantics. The declaration gains
-   ``static`` and keeps its address space.
+   ``static`` and keeps its address space; it is placed in the section ``emu_tg`` so the
+   executor can fill all threadgroup memory with NaN bytes before each threadgroup, as
+   uninitialised threadgroup memory is garbage on hardware.
 2. Member functions qualified by an address space (``complex_t() threadgroup``, MLX's utils) are
    OpenCL/Metal syntax that clang accepts only in OpenCL mode. The qualifier is dropped: the
    member then serves objects in the default space, which only makes such code less
@@ -46,7 +48,7 @@ METAL_ATTRIBUTES = frozenset({
 
 
 def lower(source: str) -> str:
-    out = _TG_DECL.sub(lambda m: m["lead"] + "static " + m["decl"], source)
+    out = _TG_DECL.sub(lambda m: m["lead"] + 'static __attribute__((section("emu_tg"))) ' + m["decl"], source)
     out = _METHOD_AS.sub(lambda m: m["head"], out)
     return _INSTANCE_ATTRS.sub("template", out)
 

@@ -72,6 +72,8 @@ ucontext_t g_sched;
 void (*g_entry)(void* const*) = nullptr;
 void* const* g_args = nullptr;
 sigjmp_buf g_jmp;
+char* g_tg_lo = nullptr;  // the kernel library's threadgroup variables (section emu_tg)
+char* g_tg_hi = nullptr;
 char g_error[2048];
 bool g_failed = false;
 char* g_altstack = nullptr;
@@ -344,8 +346,13 @@ void run_threadgroup(const unsigned tg_pos[3], const unsigned tg[3], const unsig
     i.quadgroups_per_threadgroup = (tg_threads + 3) / 4;
     fiber_init(l, l.stack_map + 4096 + kStack);  // one guard page below each stack
   }
+  // Threadgroup memory starts as garbage on hardware: here it is NaN bytes, so a read before a
+  // write (a missing barrier) shows in the output. Threads run highest index first, so a thread
+  // that reads what a lower one writes without a barrier in between reads that garbage.
+  if (g_tg_lo && g_tg_hi > g_tg_lo) memset(g_tg_lo, 0xFF, g_tg_hi - g_tg_lo);
   for (;;) {
-    for (unsigned t = 0; t < nthreads; ++t) {
+    for (unsigned u = nthreads; u-- > 0;) {
+      const unsigned t = u;
       Lane& l = g_lanes[t];
       if (l.state != kRunnable) continue;
       g_cur = &l;
@@ -417,8 +424,10 @@ void emu_release_buffers() {
 
 // Run one launch. Returns 0, or 1 with a one-line reason in `error`.
 int emu_launch(void (*entry)(void* const*), struct __emu_hooks_t* hooks, void* const* args,
-               const unsigned grid[3], const unsigned tg[3], double cpu_seconds, char* error,
-               unsigned long error_len) {
+               const unsigned grid[3], const unsigned tg[3], char* tg_lo, char* tg_hi,
+               double cpu_seconds, char* error, unsigned long error_len) {
+  g_tg_lo = tg_lo;
+  g_tg_hi = tg_hi;
   hooks->lane = hook_lane;
   hooks->simd_collective = hook_simd_collective;
   hooks->threadgroup_barrier = hook_tg_barrier;
