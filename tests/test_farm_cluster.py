@@ -221,3 +221,36 @@ def _count(db: Path, sql: str) -> int:
             return c.execute(sql).fetchone()[0]
     except sqlite3.Error:
         return 0
+
+
+def _copy_checkout(dest: Path) -> Path:
+    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "-co",
+                            "--exclude-standard"], capture_output=True, text=True,
+                           check=True).stdout.split("\0")
+    for rel in filter(None, files):
+        if (REPO / rel).is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, dest / rel)
+    return dest
+
+
+def test_one_changed_index_in_a_metal_source_fails_the_farm_run_naming_the_kernel(
+        farm_cluster: FarmCluster, tmp_path):
+    """The emulated g13s runs the Metal source that ships: an index off by one in it (the
+    portable form untouched) fails m8-parity, and the failure names the kernel."""
+    tree = _copy_checkout(tmp_path / "checkout")
+    src = tree / "kernels" / "variants" / "scalar_kmajor.py"
+    text = src.read_text()
+    old = "xv[m][j] = float(x[m * K + k + j]);"
+    assert text.count(old) == 1
+    src.write_text(text.replace(old, "xv[m][j] = float(x[m * K + k + j + 1]);"))
+    code, run = farm_cluster.run_json("--suite", "m8-parity", "--devices", "g13s",
+                                      "--db", str(tmp_path / "h.db"), cwd=tree, timeout=600)
+    assert code == 1
+    failed = [r for job in run["jobs"] for r in job["results"]
+              if r["outcome"] in ("failed", "error")]
+    assert failed, "the mutant passed m8-parity"
+    assert any("scalar_kmajor" in r["message"] and (
+        "metal-emulated differs from its portable form" in r["message"]
+        or "out-of-bounds read of buffer 'x'" in r["message"]) for r in failed), \
+        [r["message"][:300] for r in failed]
