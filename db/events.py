@@ -3,6 +3,12 @@
 Consumers must ignore unknown keys and types, so every field is read with a default and a wrong
 type degrades to ``None`` rather than failing a whole batch: losing one malformed measurement is
 better than losing a device's results.
+
+A selection's ``impl`` (the implementation that executed, `kernels.recorder.IMPLEMENTATIONS`) is
+stored as given when it is one of the known names and as ``NULL`` (unknown) otherwise: results
+written before the field existed carry none. A *file* naming an implementation this farm does
+not know is refused before it is recorded (`unknown_impl`, called by `db.ingest`): a name the
+regression analysis cannot compare is better reported than silently recorded as unknown.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
+
+from kernels.recorder import IMPLEMENTATIONS
 
 CATEGORIES = (
     "expected_pass",
@@ -53,6 +61,26 @@ def _int(v: Any) -> int | None:
 
 def _dicts(v: Any) -> list[dict]:
     return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
+
+
+def impl_of(selection: dict) -> str | None:
+    """The selection's implementation when it is a known name; ``None`` (unknown) otherwise."""
+    v = selection.get("impl")
+    return v if isinstance(v, str) and v in IMPLEMENTATIONS else None
+
+
+def unknown_impl(ev: dict) -> str | None:
+    """The first implementation name in a result event that is not a known one, if any.
+
+    Absent, ``null`` and ``""`` mean "not reported" (older writers) and are accepted.
+    """
+    if ev.get("type") != "result":
+        return None
+    for s in _dicts(ev.get("selections")):
+        v = s.get("impl")
+        if v is not None and v != "" and impl_of(s) is None:
+            return v if isinstance(v, str) else json.dumps(v)
+    return None
 
 
 def device_row(device: dict, host: str | None, os_name: str | None) -> dict:
@@ -143,7 +171,8 @@ def result_rows(job_id: int, ev: dict) -> ResultRows | None:
         if op and variant and None not in shape:
             rows.selections.append(
                 {"op": op, "dtype": _str(s.get("dtype"), ""), "M": shape[0], "K": shape[1],
-                 "N": shape[2], "variant": variant, "reason": _str(s.get("reason"))}
+                 "N": shape[2], "variant": variant, "reason": _str(s.get("reason")),
+                 "impl": impl_of(s)}
             )
     for f in _dicts(ev.get("fingerprints")):
         key, digest = _str(f.get("key")), _str(f.get("digest"))

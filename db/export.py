@@ -40,6 +40,7 @@ def to_json(h: History, run_id: str) -> str:
     for job in doc["jobs"]:
         job["results"] = by_job[job["id"]]
     doc.pop("matrix")
+    doc.pop("selections")  # each result carries its own selections (with impl) here
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
 
 

@@ -2,7 +2,11 @@
 
 Each ``session_start`` opens a job on the device it names; results are written in batches, each
 batch its own transaction. A truncated last line (the writer died mid-line) or a line that is
-not JSON is skipped, not fatal: everything readable is kept.
+not JSON is skipped, not fatal: everything readable is kept. A file is refused whole, before
+anything is written, when it is not a results stream or when a kernel selection names an
+implementation this farm does not know (a file from a newer farm: its selections could not be
+compared like with like); a selection with no implementation (an older file) is recorded with
+``impl`` NULL.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from db.errors import EXIT_USAGE, FarmError
+from db.events import unknown_impl
 from db.history import History
+from kernels.recorder import IMPLEMENTATIONS
 
 BATCH = 500
 
@@ -40,10 +46,21 @@ def load_jsonl(path: str | os.PathLike) -> list[dict]:
         events = list(read_jsonl(p))
     except OSError as e:
         raise FarmError(f"cannot read {p}: {e.strerror or e}", EXIT_USAGE) from None
+    check_events(p, events)
+    return events
+
+
+def check_events(p: Path, events: list[dict]) -> None:
+    """Refuse (one line, exit 2) a file that is not a results stream or that names a kernel
+    implementation outside `kernels.recorder.IMPLEMENTATIONS`."""
     if not any(e.get("type") == "session_start" for e in events):
         raise FarmError(f"{p} has no session_start line: not a results stream from "
                         f"`pytest --results-jsonl`", EXIT_USAGE)
-    return events
+    for ev in events:
+        if (bad := unknown_impl(ev)) is not None:
+            raise FarmError(f"{p}: result {ev.get('nodeid')} has a kernel selection with impl "
+                            f"{bad!r}, not one of {', '.join(IMPLEMENTATIONS)}: a file from a "
+                            f"newer farm? upgrade dflash2-farm to ingest it", EXIT_USAGE)
 
 
 def ingest_jsonl(h: History, path: str | os.PathLike, *, suite: str | None = None,
@@ -51,11 +68,12 @@ def ingest_jsonl(h: History, path: str | os.PathLike, *, suite: str | None = Non
     """Record one results file as one run (``events``: its `load_jsonl`, when read already);
     returns the run id."""
     p = Path(path)
-    events = load_jsonl(p) if events is None else list(events)
+    if events is None:
+        events = load_jsonl(p)
+    else:
+        events = list(events)
+        check_events(p, events)  # before the run is started: a refused file writes nothing
     starts = [e for e in events if e.get("type") == "session_start"]
-    if not starts:
-        raise FarmError(f"{p} has no session_start line: not a results stream from "
-                        f"`pytest --results-jsonl`", EXIT_USAGE)
     first = starts[0]
     device = first.get("device") if isinstance(first.get("device"), dict) else {}
     revision = first.get("revision") if isinstance(first.get("revision"), dict) else None

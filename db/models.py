@@ -120,7 +120,8 @@ class Measurement(Base):
 
 
 class Selection(Base):
-    """A kernel dispatch a test observed: which variant served (op, dtype, M, K, N)."""
+    """A kernel dispatch a test observed: which variant served (op, dtype, M, K, N), and which
+    implementation of it executed (``impl``, `kernels.recorder.IMPLEMENTATIONS`)."""
 
     __tablename__ = "selections"
     __table_args__ = (Index("ix_selections_shape", "op", "dtype", "M", "K", "N"),)
@@ -135,6 +136,8 @@ class Selection(Base):
     N: Mapped[int] = mapped_column(Integer)
     variant: Mapped[str] = mapped_column(String(64))
     reason: Mapped[str | None] = mapped_column(String(200))
+    # NULL: unknown (recorded before results carried it, or not reported by the dispatcher).
+    impl: Mapped[str | None] = mapped_column(String(32))
 
 
 class Fingerprint(Base):

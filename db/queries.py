@@ -19,6 +19,7 @@ from db.events import CATEGORIES
 from db.history import History
 
 DeviceFilter = Callable[[dict], bool]
+SELECTION_COLUMNS = ("op", "dtype", "M", "K", "N", "variant", "reason", "impl")
 DEVICE_COLUMNS = ("id", "variant_key", "lineage_key", "arch", "generation", "size", "chip",
                   "backend", "host", "os", "mlx_version", "emulated")
 
@@ -124,7 +125,8 @@ def run_jobs(h: History, run_id: str) -> list[dict]:
 
 
 def show_run(h: History, run_id: str) -> dict:
-    """The run, its jobs, and the test x device matrix of category counts."""
+    """The run, its jobs, the test x device matrix of category counts, and the kernel
+    selections each job made (with the implementation that executed them)."""
     with h.engine.connect() as c:
         run = _run_dict(c.execute(select(m.runs).where(m.runs.c.id == run_id)).one())
     jobs = run_jobs(h, run_id)
@@ -139,11 +141,34 @@ def show_run(h: History, run_id: str) -> dict:
                  .group_by(m.results.c.test_id, m.results.c.job_id, m.results.c.category))
             for test_id, job_id, cat, n in c.execute(q):
                 matrix[test_id].setdefault(job_id, {})[cat] = n
+        selections = _job_selections(c, jobs)
     for j in jobs:
         j["counts"] = counts[j["id"]]
     return {"run": run, "jobs": jobs,
             "matrix": [{"test_id": t, "cells": {str(k): v for k, v in sorted(cells.items())}}
-                       for t, cells in sorted(matrix.items())]}
+                       for t, cells in sorted(matrix.items())],
+            "selections": selections}
+
+
+def _job_selections(c, jobs: list[dict]) -> list[dict]:
+    """Each job's distinct selections, with how many results made each, in job then shape
+    order. ``impl`` is null where it is unknown (recorded before results carried it)."""
+    if not jobs:
+        return []
+    s, r = m.selections.c, m.results.c
+    cols = [s[k] for k in SELECTION_COLUMNS]
+    q = (select(r.job_id, *cols, func.count(func.distinct(s.result_id)))
+         .join(m.results, r.id == s.result_id)
+         .where(r.job_id.in_([j["id"] for j in jobs]))
+         .group_by(r.job_id, *cols))
+    labels = {j["id"]: j["device"]["label"] for j in jobs}
+    out = [{"job_id": row[0], "device": labels[row[0]],
+            **dict(zip(SELECTION_COLUMNS, row[1:-1], strict=True)), "tests": row[-1]}
+           for row in c.execute(q)]
+    order = {j["id"]: i for i, j in enumerate(jobs)}
+    out.sort(key=lambda d: (order[d["job_id"]], d["op"], d["dtype"], d["M"], d["K"], d["N"],
+                            d["variant"], d["impl"] or "", d["reason"] or ""))
+    return out
 
 
 def result_details(h: History, result_ids: list[int]) -> dict[int, dict[str, list[dict]]]:
@@ -155,7 +180,7 @@ def result_details(h: History, result_ids: list[int]) -> dict[int, dict[str, lis
     with h.engine.connect() as c:
         for name, table, cols in (
             ("measurements", m.measurements, ("name", "value", "unit", "bound")),
-            ("selections", m.selections, ("op", "dtype", "M", "K", "N", "variant", "reason")),
+            ("selections", m.selections, SELECTION_COLUMNS),
             ("fingerprints", m.fingerprints, ("key", "digest")),
         ):
             for chunk in _chunks(result_ids, 500):

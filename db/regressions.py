@@ -14,6 +14,20 @@ change). Kinds, each a function below:
 6. ``perf_drop``        a bench throughput (``*_per_s``) or latency (``*_us``, ``*_ms``) worse
                         than the spread of the baseline's recent samples allows
 7. ``consensus``        one device the odd one out among devices of its generation in a run
+8. ``implementation_changed`` (a note, never a regression) same (op, dtype, M, K, N) and same
+                        variant, but another implementation executed it (``impl``: e.g.
+                        ``portable`` -> ``metal-emulated``, ``portable`` -> ``cuda``)
+
+Like is compared with like: every selection records the implementation that executed it
+(`kernels.recorder.IMPLEMENTATIONS`), and a change of implementation alone is not a change of
+kernel selection, so it raises no ``kernel_selection`` flag but one ``implementation_changed``
+note per shape and variant. The measurements of a test whose selections changed implementation
+(same variant, another impl) are not compared with the baseline either: ``fingerprint`` and
+``numeric_drift`` skip the test, and ``perf_drop`` takes its baseline samples only from results
+that ran the same implementations (the note names the tests left out). A selection whose
+implementation is unknown (recorded before results carried it) matches any implementation, so
+history written before the field existed is compared as it was. A change of variant is flagged
+as before, whatever the implementations; the evidence shows both.
 
 Headroom is the fraction of the bound a deviation uses (``deviation / bound``, or a measurement
 named ``headroom``): crossing 0.5 is worth a look, crossing 0.9 is about to fail.
@@ -64,6 +78,10 @@ class Flag:
         return asdict(self)
 
 
+# (op, dtype, M, K, N, variant) -> the known implementations that executed it
+Impls = dict[tuple, set[str]]
+
+
 @dataclass
 class ResultData:
     nodeid: str
@@ -74,6 +92,7 @@ class ResultData:
     link: str | None
     measurements: dict[str, list[dict]] = field(default_factory=lambda: defaultdict(list))
     fingerprints: dict[str, str] = field(default_factory=dict)
+    impls: Impls = field(default_factory=lambda: defaultdict(set))
 
 
 @dataclass
@@ -84,6 +103,12 @@ class JobData:
     # (op, dtype, M, K, N) -> variant -> (reason, nodeids)
     selections: dict[tuple, dict[str, tuple[str | None, set[str]]]] = field(
         default_factory=lambda: defaultdict(dict))
+    # (op, dtype, M, K, N, variant) -> known implementation -> nodeids that ran it
+    impls: dict[tuple, dict[str, set[str]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(set)))
+
+    def impls_of(self, key: tuple, variant: str) -> set[str]:
+        return set(self.impls.get((*key, variant), {}))
 
 
 @dataclass
@@ -169,6 +194,9 @@ def load_jobs(h: History, run_id: str) -> list[JobData]:
             reason, nodes = job.selections[key].get(s["variant"], (s["reason"], set()))
             nodes.add(r["nodeid"])
             job.selections[key][s["variant"]] = (reason, nodes)
+            if s.get("impl"):
+                rd.impls[(*key, s["variant"])].add(s["impl"])
+                job.impls[(*key, s["variant"])][s["impl"]].add(r["nodeid"])
     # A device that ran twice in one run (a retried job): its last job speaks for it.
     by_variant: dict[str, JobData] = {}
     for job_id in sorted(jobs):
@@ -226,9 +254,25 @@ def _flag(kind: str, severity: str, job: JobData, base: JobData | None, subject:
                 evidence, job.run_id, base.run_id if base else None, baseline, current, details)
 
 
+# -- like with like -----------------------------------------------------------------------------
+
+def same_impls(now: Impls, before: Impls) -> bool:
+    """Whether two results' selections ran the same implementations: every (shape, variant)
+    both made, with an implementation known on both sides, ran the same ones."""
+    return all(now[k] == before[k] for k in set(now) & set(before) if now[k] and before[k])
+
+
+def _impl_text(variants: set[str], job: JobData, key: tuple) -> str:
+    """``scalar_kmajor[metal]/stock[stock-native]``; a variant of unknown implementation bare."""
+    return "/".join(v + (f"[{'/'.join(sorted(i))}]" if (i := job.impls_of(key, v)) else "")
+                    for v in sorted(variants))
+
+
 # -- 1. kernel selection ------------------------------------------------------------------------
 
 def kernel_selection(job: JobData, base: JobData) -> list[Flag]:
+    """Another variant for the same shape. The implementation alone changing is not one (see
+    `implementation_changed`); when the variant changed, the evidence shows both."""
     out = []
     for key in sorted(set(job.selections) & set(base.selections), key=str):
         now, before = set(job.selections[key]), set(base.selections[key])
@@ -240,11 +284,40 @@ def kernel_selection(job: JobData, base: JobData) -> list[Flag]:
         fell_back = bool(tuned_before) and STOCK in now and not (now & set(tuned_before))
         reasons = {v: job.selections[key][v][0] for v in sorted(now)}
         tests = sorted(set().union(*(job.selections[key][v][1] for v in now)))
-        ev = (f"{shape}: {'/'.join(sorted(before))} -> {'/'.join(sorted(now))}"
+        impls = {"before": {v: sorted(base.impls_of(key, v)) for v in sorted(before)},
+                 "now": {v: sorted(job.impls_of(key, v)) for v in sorted(now)}}
+        ev = (f"{shape}: {_impl_text(before, base, key)} -> {_impl_text(now, job, key)}"
               f" ({', '.join(f'{v}: {r}' for v, r in reasons.items() if r)})"
               f"{'; fell back to stock from a tuned kernel' if fell_back else ''}")
         out.append(_flag("kernel_selection", "high" if fell_back else "medium", job, base,
-                         shape, ev, sorted(before), sorted(now), tests=tests, reasons=reasons))
+                         shape, ev, sorted(before), sorted(now), tests=tests, reasons=reasons,
+                         impls=impls))
+    return out
+
+
+# -- 8. implementation changed (a note) ---------------------------------------------------------
+
+def implementation_changed(job: JobData, base: JobData) -> list[Flag]:
+    """Same shape, same variant, another implementation: visible, never a regression, and the
+    tests whose measurements were therefore not compared are named."""
+    out = []
+    for key in sorted(set(job.selections) & set(base.selections), key=str):
+        for variant in sorted(set(job.selections[key]) & set(base.selections[key])):
+            now, before = job.impls_of(key, variant), base.impls_of(key, variant)
+            if not now or not before or now == before:
+                continue
+            op, dtype, M, K, N = key
+            shape = f"{op} {dtype} M={M} K={K} N={N}"
+            tests = sorted(set().union(*job.impls[(*key, variant)].values()))
+            skipped = sorted(n for n in tests if n in base.results
+                             and not same_impls(job.results[n].impls, base.results[n].impls))
+            ev = (f"{shape}: {variant} ran {'/'.join(sorted(before))} -> "
+                  f"{'/'.join(sorted(now))}"
+                  + (f"; measurements of {len(skipped)} test(s) not compared across it"
+                     if skipped else ""))
+            out.append(_flag("implementation_changed", "note", job, base, shape, ev,
+                             sorted(before), sorted(now), variant=variant, tests=tests,
+                             not_compared=skipped))
     return out
 
 
@@ -256,6 +329,8 @@ def fingerprint(job: JobData, base: JobData) -> list[Flag]:
     same_mlx = job.device["mlx_version"] == base.device["mlx_version"]
     out = []
     for nodeid in sorted(set(job.results) & set(base.results)):
+        if not same_impls(job.results[nodeid].impls, base.results[nodeid].impls):
+            continue  # another implementation computed it: see implementation_changed
         now, before = job.results[nodeid].fingerprints, base.results[nodeid].fingerprints
         for key in sorted(set(now) & set(before)):
             if now[key] == before[key]:
@@ -329,6 +404,8 @@ def numeric_drift(job: JobData, base: JobData) -> list[Flag]:
     out = []
     for nodeid in sorted(set(job.results) & set(base.results)):
         now, before = job.results[nodeid], base.results[nodeid]
+        if not same_impls(now.impls, before.impls):
+            continue  # another implementation computed it: see implementation_changed
         d_now, d_before = _first(now, "deviation"), _first(before, "deviation")
         if d_now and d_before and d_now["value"] is None and d_before["value"] is not None:
             out.append(_flag("numeric_drift", "high", job, base, nodeid,
@@ -416,20 +493,33 @@ def _perf_window(h: History, base: JobData, exclude: str) -> list[str]:
             .limit(PERF_WINDOW)).scalars())
 
 
-def _perf_samples(h: History, device_id: int, runs: list[str], nodeids: list[str]
+def _perf_samples(h: History, device_id: int, runs: list[str], current: dict[str, ResultData]
                   ) -> dict[tuple[str, str], list[float]]:
+    """The window's samples of the ``current`` tests' bench measures, only from results whose
+    selections ran the same implementations as the current result (like with like)."""
     out: dict[tuple[str, str], list[float]] = defaultdict(list)
+    nodeids = sorted(current)
     if not runs or not nodeids:
         return out
-    q = (select(m.results.c.nodeid, m.measurements.c.name, m.measurements.c.value)
+    q = (select(m.results.c.id, m.results.c.nodeid, m.measurements.c.name,
+                m.measurements.c.value)
          .join(m.results, m.results.c.id == m.measurements.c.result_id)
          .join(m.jobs, m.jobs.c.id == m.results.c.job_id)
          .where(m.jobs.c.device_id == device_id, m.jobs.c.run_id.in_(runs),
                 m.results.c.nodeid.in_(nodeids), m.measurements.c.value.is_not(None)))
     with h.engine.connect() as c:
-        for nodeid, name, value in c.execute(q):
-            if _direction(name):
-                out[(nodeid, name)].append(value)
+        rows = [row for row in c.execute(q) if _direction(row.name)]
+        impls: dict[int, Impls] = defaultdict(lambda: defaultdict(set))
+        ids = sorted({row.id for row in rows})
+        s = m.selections.c
+        for i in range(0, len(ids), 500):
+            for rid, *key, impl in c.execute(
+                    select(s.result_id, s.op, s.dtype, s.M, s.K, s.N, s.variant, s.impl)
+                    .where(s.result_id.in_(ids[i:i + 500]), s.impl.is_not(None))):
+                impls[rid][tuple(key)].add(impl)
+    for row in rows:
+        if same_impls(current[row.nodeid].impls, impls[row.id]):
+            out[(row.nodeid, row.name)].append(row.value)
     return out
 
 
@@ -442,7 +532,7 @@ def perf_drop(h: History, job: JobData, base: JobData) -> list[Flag]:
     if not nodeids:
         return []
     window = _perf_window(h, base, exclude=job.run_id)
-    history = _perf_samples(h, base.device["id"], window, nodeids)
+    history = _perf_samples(h, base.device["id"], window, {n: job.results[n] for n in nodeids})
     out = []
     for nodeid in nodeids:
         for name, values in sorted(job.results[nodeid].measurements.items()):
@@ -464,7 +554,8 @@ def perf_drop(h: History, job: JobData, base: JobData) -> list[Flag]:
     return out
 
 
-PAIR_CHECKS = (kernel_selection, fingerprint, new_failure, numeric_drift)
+PAIR_CHECKS = (kernel_selection, implementation_changed, fingerprint, new_failure,
+               numeric_drift)
 
 
 # -- 7. cross-device consensus ------------------------------------------------------------------

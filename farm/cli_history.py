@@ -108,7 +108,8 @@ def show_cmd(
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """A run's device x test matrix, with counts by expectation category."""
+    """A run's device x test matrix, with counts by expectation category, and the kernel
+    each device selected per shape with the implementation that executed it."""
     with open_history(db, write=False) as h:
         doc = show_run(h, resolve_run(h, run))
     if as_json:
@@ -131,6 +132,24 @@ def show_cmd(
         cells = [_counts_text(row["cells"].get(str(j["id"]), {})) for j in doc["jobs"]]
         _row(matrix, row["test_id"], *cells, markup=tuple(range(1, len(cells) + 1)))
     con.print(matrix)
+    if doc["selections"]:
+        con.print(_selections_table(doc["selections"]))
+
+
+def _selections_table(rows: list[dict]) -> Table:
+    """One row per device and distinct selection, a rule between devices; every row names its
+    device (label with "(emulated)", so a grep for one device keeps its rows), and an
+    implementation recorded before results carried one reads ``unknown``."""
+    t = Table("device", "op", "dtype", "M x K x N", "variant", "impl", "reason", "tests",
+              title="kernel selections")
+    last = None
+    for s in rows:
+        if last is not None and s["job_id"] != last:
+            t.add_section()
+        last = s["job_id"]
+        _row(t, s["device"], s["op"], s["dtype"], f"{s['M']} x {s['K']} x {s['N']}",
+             s["variant"], s["impl"] or "unknown", s["reason"] or "", str(s["tests"]))
+    return t
 
 
 @app.command("history")

@@ -2,6 +2,11 @@
 
 Suites store what they observe (the history flags kernel-selection regressions from it), so the
 recorder is the one place dispatch reports to. A contextvar keeps concurrent recorders apart.
+
+A selection also names the implementation that executed (``impl``): the same variant run as its
+Metal source, its emulated Metal source or its portable MLX form gives different numbers and
+timings, so the history only compares a selection with one that ran the same implementation.
+The names are defined here once; the history validates results files against them.
 """
 
 from __future__ import annotations
@@ -10,6 +15,13 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+
+IMPL_METAL = "metal"  # a real Apple GPU ran the variant's Metal source
+IMPL_METAL_EMULATED = "metal-emulated"  # the Metal source compiled for the CPU, SIMT executor
+IMPL_PORTABLE = "portable"  # the variant's portable MLX implementation
+IMPL_CUDA = "cuda"  # the variant's CUDA source on an NVIDIA GPU
+IMPL_STOCK_NATIVE = "stock-native"  # MLX's own mx.quantized_matmul on the device's backend
+IMPLEMENTATIONS = (IMPL_METAL, IMPL_METAL_EMULATED, IMPL_PORTABLE, IMPL_CUDA, IMPL_STOCK_NATIVE)
 
 
 @dataclass(frozen=True)
@@ -21,9 +33,21 @@ class Selection:
     N: int
     variant: str  # stock | scalar_kmajor | narrow_output | fp16_matrix | verify_m4 | ...
     reason: str  # tuned | fallback:unsupported-device | fallback:shape | fallback:dtype | ...
+    # One of IMPLEMENTATIONS; "" only from a dispatcher that does not say (written as null).
+    impl: str = ""
+
+    def __post_init__(self) -> None:
+        # A misspelt name would otherwise travel to the history and be refused there, far
+        # from the dispatch that made it.
+        if self.impl and self.impl not in IMPLEMENTATIONS:
+            raise ValueError(f"Selection.impl {self.impl!r} is not one of "
+                             f"{', '.join(IMPLEMENTATIONS)}")
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """Plain data for the results stream; an unreported implementation is ``null``."""
+        d = asdict(self)
+        d["impl"] = self.impl or None
+        return d
 
 
 _active: contextvars.ContextVar[list[Selection] | None] = contextvars.ContextVar(

@@ -142,6 +142,68 @@ def test_ingest_jsonl_without_finish_records_a_lost_job(tmp_path):
     h.close()
 
 
+def _impls(h) -> list[tuple]:
+    with h.engine.connect() as c:
+        return [tuple(r) for r in c.execute(text(
+            "SELECT s.op, s.variant, s.impl FROM selections s JOIN results r "
+            "ON r.id = s.result_id ORDER BY s.id"))]
+
+
+def test_ingest_jsonl_records_impl_and_reads_older_files_as_unknown(tmp_path):
+    old = sel("stock", op="down")  # as a file from before the field: no "impl" key at all
+    assert "impl" not in old
+    path = write_jsonl(tmp_path / "r.jsonl", [
+        session_start(device(emulated=True, chip="emulated on EPYC", backend="cpu")),
+        result("suites/t.py::a", selections=[
+            {**sel("scalar_kmajor"), "impl": "metal-emulated"},
+            {**sel("verify_m4", M=4), "impl": "portable"},
+            {**sel("narrow_output", op="out"), "impl": None},
+            {**sel("fp16_matrix", op="vocab"), "impl": ""},
+            old]),
+        session_finish(),
+    ])
+    h = open_history(tmp_path / "h.db")
+    ingest_jsonl(h, path)
+    assert _impls(h) == [("gate_up", "scalar_kmajor", "metal-emulated"),
+                         ("gate_up", "verify_m4", "portable"), ("out", "narrow_output", None),
+                         ("vocab", "fp16_matrix", None), ("down", "stock", None)]
+    h.close()
+
+
+def test_ingest_jsonl_refuses_an_unknown_impl_and_writes_nothing(tmp_path):
+    path = write_jsonl(tmp_path / "r.jsonl", [
+        session_start(),
+        result("suites/t.py::a", selections=[{**sel("scalar_kmajor"), "impl": "metal"}]),
+        result("suites/t.py::b", selections=[{**sel("scalar_kmajor"), "impl": "rocm"}]),
+        session_finish(),
+    ])
+    h = open_history(tmp_path / "h.db")
+    for events in (None, [json.loads(x) for x in path.read_text().splitlines()]):
+        with pytest.raises(FarmError) as e:
+            ingest_jsonl(h, path, events=events)
+        msg = str(e.value)
+        assert "\n" not in msg and e.value.exit_code == 2
+        assert "suites/t.py::b" in msg and "'rocm'" in msg and "metal-emulated" in msg
+    assert count(h, "runs") == count(h, "results") == 0
+    # A value of the wrong type is named too, not silently stored as unknown.
+    write_jsonl(path, [session_start(), result(selections=[{**sel("stock"), "impl": 3}])])
+    with pytest.raises(FarmError, match="impl '3'"):
+        ingest_jsonl(h, path)
+    h.close()
+
+
+def test_live_stream_stores_an_unknown_impl_as_null_rather_than_lose_the_result(tmp_path):
+    """The farm's own stream is tolerant (the module's rule): the result is kept."""
+    h = open_history(tmp_path / "h.db")
+    run = h.start_run("s", "g13s", {})
+    job = h.add_job(run, device(), "mac-1", "Darwin", "n1")
+    assert h.ingest_events(job, [result(selections=[{**sel("scalar_kmajor"), "impl": "rocm"},
+                                                    {**sel("stock", op="down"),
+                                                     "impl": "stock-native"}])]) == 1
+    assert _impls(h) == [("gate_up", "scalar_kmajor", None), ("down", "stock", "stock-native")]
+    h.close()
+
+
 WRITERS, BATCHES, PER_BATCH = 4, 15, 20
 
 
@@ -272,9 +334,13 @@ def test_farm_db_records_what_the_suites_plugin_streams(pytester, monkeypatch):
     """With the real suites plugin: its `measure` fixture's data lands in the history."""
     monkeypatch.setenv("DFLASH2_DEVICE_ARCH", "applegpu_g13s")
     pytester.makepyfile(test_measured="""
+        from kernels.recorder import IMPL_METAL_EMULATED, Selection, report
+
         def test_measured(measure):
             measure.record("deviation", 0.25, "abs", 1.0)
             measure.record("rows_per_s", 1234.5, "rows/s")
+            report(Selection("gate_up", "bfloat16", 8, 5120, 17408, "scalar_kmajor", "tuned",
+                             impl=IMPL_METAL_EMULATED))
 
         def test_broken():
             assert False, "nope"
@@ -293,4 +359,5 @@ def test_farm_db_records_what_the_suites_plugin_streams(pytester, monkeypatch):
     assert outcomes == {"test_measured.py::test_measured": "expected_pass",
                         "test_measured.py::test_broken": "unexpected_fail"}
     assert run == "failed"
+    assert _impls(h) == [("gate_up", "scalar_kmajor", "metal-emulated")]
     h.close()

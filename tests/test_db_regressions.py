@@ -56,6 +56,79 @@ def test_tuned_to_other_tuned_is_a_lesser_kernel_selection_flag(h):
     assert f.severity == "medium"
 
 
+def _impl(variant: str, impl: str | None, **kw) -> dict:
+    return {**sel(variant, **kw), "impl": impl}
+
+
+def test_implementation_change_alone_is_a_note_and_its_measurements_are_not_compared(h):
+    """Same device, shape and variant; only the implementation changed (portable ->
+    metal-emulated), and with it the output digest and the ulps: nothing regressed, one note."""
+    emu = device(emulated=True, chip="emulated on EPYC", backend="cpu")
+    fp = "k/5120x17408"
+    before = [result(selections=[_impl("scalar_kmajor", "portable")],
+                     measurements=[meas("ulps", 0.0)],
+                     fingerprints=[{"key": fp, "digest": "a" * 64}])]
+    after = [result(selections=[_impl("scalar_kmajor", "metal-emulated")],
+                    measurements=[meas("ulps", 3.0)],
+                    fingerprints=[{"key": fp, "digest": "b" * 64}])]
+    r1, r2 = pair(h, before, after, dev=emu)
+    report = analyse(h, r2, against=r1)
+    assert report.regressions == [] and kinds(report.flags) == []
+    (f,) = report.flags
+    assert (f.kind, f.severity, f.is_regression) == ("implementation_changed", "note", False)
+    assert (f.baseline, f.current) == (["portable"], ["metal-emulated"])
+    assert f.subject == "gate_up bfloat16 M=8 K=5120 N=17408" and "(emulated)" in f.device
+    assert f.details["variant"] == "scalar_kmajor" and f.details["not_compared"] == [NODE]
+    assert "portable -> metal-emulated" in f.evidence and "\n" not in f.evidence
+    # The same implementation both times: those very measurements are compared, and flagged.
+    s1, s2 = pair(h, [before[0]], [{**after[0], "selections": before[0]["selections"]}],
+                  dev=emu)
+    assert kinds(find_regressions(h, s2, against=s1)) == ["fingerprint", "numeric_drift"]
+
+
+def test_variant_change_is_flagged_whatever_the_implementations(h):
+    (f,) = check(h, [result(selections=[_impl("scalar_kmajor", "metal")])],
+                 [result(selections=[_impl("stock", "stock-native", reason="fallback:shape")])],
+                 "kernel_selection")
+    assert f.severity == "high"
+    assert "scalar_kmajor[metal] -> stock[stock-native]" in f.evidence
+    assert f.details["impls"] == {"before": {"scalar_kmajor": ["metal"]},
+                                  "now": {"stock": ["stock-native"]}}
+    r1, r2 = pair(h, [result(selections=[_impl("scalar_kmajor", "portable")])],
+                  [result(selections=[_impl("narrow_output", "metal-emulated")])])
+    assert [f.kind for f in find_regressions(h, r2, against=r1)] == ["kernel_selection"]
+
+
+def test_unknown_implementation_matches_any(h):
+    """Rows recorded before selections named their implementation are compared as before."""
+    (f,) = check(h, [result(selections=[sel("scalar_kmajor")], measurements=[meas("ulps", 0.0)])],
+                 [result(selections=[_impl("scalar_kmajor", "metal")],
+                         measurements=[meas("ulps", 2.0)])], "numeric_drift")
+    r1, r2 = pair(h, [result(selections=[sel("scalar_kmajor")])],
+                  [result(selections=[_impl("scalar_kmajor", "metal")])])
+    assert find_regressions(h, r2, against=r1) == []
+    assert f.details["measure"] == "ulps"
+
+
+def test_perf_baseline_samples_come_from_the_same_implementation(h):
+    node = "suites/test_bench.py::test_verify_microbench[bfloat16-gate_up]"
+
+    def bench(value: float, impl: str) -> list[dict]:
+        return [result(node, selections=[_impl("scalar_kmajor", impl)],
+                       measurements=[meas("rows_per_s", value, unit="rows/s")])]
+
+    for i, v in enumerate([1000, 1010, 990, 1005]):
+        record(h, [(device(), "mac-1", bench(v, "portable"))], started=1000.0 + i)
+    slower = record(h, [(device(), "mac-1", bench(100, "metal-emulated"))], started=2000.0)
+    assert [f.kind for f in find_regressions(h, slower)] == ["implementation_changed"]
+    # Back on portable, as slow: the window's portable samples judge it, the emulated one not.
+    dropped = record(h, [(device(), "mac-1", bench(100, "portable"))], started=3000.0)
+    flags = find_regressions(h, dropped)
+    assert sorted(f.kind for f in flags) == ["implementation_changed", "perf_drop"]
+    (f,) = [f for f in flags if f.is_regression]
+    assert sorted(f.details["baseline_samples"]) == [990, 1000, 1005, 1010]
+
+
 def test_fingerprint_change_same_arch_and_mlx(h):
     (f,) = check(h, [result(fingerprints=[{"key": "k/5120x17408", "digest": "a" * 64}])],
                  [result(fingerprints=[{"key": "k/5120x17408", "digest": "b" * 64}])],

@@ -68,6 +68,81 @@ def test_fast_path_head_is_the_scripts_head():
     assert known_revisions()[0] == HEAD
 
 
+def _history_at_0001(target: str) -> None:
+    """A history as the first release left it: schema 0001, one run with a selection."""
+    from alembic import command
+
+    from db.engine import make_engine
+    from db.migrate import alembic_config
+
+    eng = make_engine(resolve(target), "write")
+    with eng.connect() as conn:
+        command.upgrade(alembic_config(conn), "0001")
+        conn.commit()
+    with eng.begin() as c:
+        c.execute(text("INSERT INTO runs (id, suite, selector, started, status, heartbeat) "
+                       "VALUES ('r-old', 'm8-parity', 'g13s', 1000, 'passed', 1000)"))
+        # No explicit ids: a PostgreSQL sequence would not know them and collide later.
+        c.execute(text("INSERT INTO devices (variant_key, lineage_key, arch, generation, "
+                       "size, chip, backend, host, os, mlx_version, emulated) VALUES ('v', "
+                       "'l', 'applegpu_g13s', 13, 's', 'Apple M1 Max', 'metal', 'mac-1', "
+                       "'Darwin', '0.32.4', false)"))
+        c.execute(text("INSERT INTO jobs (run_id, device_id, attempts, status, started) "
+                       "SELECT 'r-old', id, 1, 'passed', 1000 FROM devices"))
+        c.execute(text("INSERT INTO results (job_id, nodeid, test_id, params, outcome, "
+                       "category) SELECT id, 't.py::a', 't.py::a', '', 'passed', "
+                       "'expected_pass' FROM jobs"))
+        c.execute(text('INSERT INTO selections (result_id, op, dtype, "M", "K", "N", variant, '
+                       "reason) SELECT id, 'gate_up', 'bfloat16', 8, 5120, 17408, "
+                       "'scalar_kmajor', 'tuned' FROM results"))
+    eng.dispose()
+
+
+@pytest.mark.parametrize("kind", backends())
+def test_a_0001_history_upgrades_to_0002_and_keeps_its_rows(kind, tmp_path):
+    target = fresh_db(kind, tmp_path)
+    _history_at_0001(target)
+    h = open_history(target)  # migrates
+    with h.engine.connect() as c:
+        assert MigrationContext.configure(c).get_current_revision() == "0002" == HEAD
+        assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
+        old = c.execute(text("SELECT s.op, s.variant, s.reason, s.impl, r.nodeid FROM "
+                             "selections s JOIN results r ON r.id = s.result_id")).all()
+        assert c.execute(text("SELECT status FROM runs WHERE id = 'r-old'")).scalar() == "passed"
+    assert [tuple(r) for r in old] == [("gate_up", "scalar_kmajor", "tuned", None, "t.py::a")]
+    assert "ix_selections_shape" in {ix["name"] for ix in inspect(h.engine).get_indexes(
+        "selections")}
+    # The upgraded history takes new rows with their implementation, beside the old ones.
+    record(h, [({"arch": "cpu"}, "h", [result(selections=[
+        {"op": "gate_up", "dtype": "bfloat16", "M": 8, "K": 5120, "N": 17408,
+         "variant": "scalar_kmajor", "reason": "tuned", "impl": "metal"}])])])
+    with h.engine.connect() as c:
+        assert list(c.execute(text("SELECT impl FROM selections ORDER BY id")).scalars()) == [
+            None, "metal"]
+    h.close()
+
+
+def test_0002_downgrades_to_0001_without_losing_selections(tmp_path):
+    from alembic import command
+
+    from db.engine import make_engine
+    from db.migrate import alembic_config
+
+    target = str(tmp_path / "h.db")
+    _history_at_0001(target)
+    open_history(target).close()
+    eng = make_engine(resolve(target), "write")
+    with eng.connect() as conn:
+        command.downgrade(alembic_config(conn), "0001")
+        conn.commit()
+    with eng.connect() as c:
+        cols = {col["name"] for col in inspect(c).get_columns("selections")}
+        assert "impl" not in cols
+        assert c.execute(text("SELECT count(*) FROM selections")).scalar() == 1
+    eng.dispose()
+    open_history(target).close()  # and up again
+
+
 def test_sqlite_is_in_wal_mode_with_a_busy_timeout(tmp_path):
     h = open_history(tmp_path / "h.db")
     with h.engine.connect() as c:

@@ -86,13 +86,17 @@ def hist(request, tmp_path):
                  backend="cpu", emulated=True)
     xfail = result(NODE_X, outcome="failed", category="expected_fail", expected="fail",
                    link="crbug/1", measurements=[meas("deviation", 0.0078125, 0.001)])
+    # The real device's first run predates selections naming their implementation (unknown).
     good = [result(measurements=[meas("deviation", 1e-4, 1e-3)],
                    selections=[sel("scalar_kmajor")]), xfail]
     bad = [result(outcome="failed", message="mismatch",
                   measurements=[meas("deviation", 1e-4, 1e-3)],
-                  selections=[sel("stock", reason="fallback:unsupported-device")]), xfail]
-    r1 = record(h, [(device(), "mac-1", good), (emu, "linux-1", good)], started=1000.0)
-    r2 = record(h, [(device(), "mac-1", bad), (emu, "linux-1", good)], started=2000.0)
+                  selections=[{**sel("stock", reason="fallback:unsupported-device"),
+                               "impl": "stock-native"}]), xfail]
+    emu_good = [result(measurements=[meas("deviation", 1e-4, 1e-3)],
+                       selections=[{**sel("scalar_kmajor"), "impl": "metal-emulated"}]), xfail]
+    r1 = record(h, [(device(), "mac-1", good), (emu, "linux-1", emu_good)], started=1000.0)
+    r2 = record(h, [(device(), "mac-1", bad), (emu, "linux-1", emu_good)], started=2000.0)
     h.close()
     return target, r1, r2
 
@@ -131,6 +135,38 @@ def test_show_prints_the_device_by_test_matrix(hist):
         job_of["applegpu_g14g (emulated) @linux-1"]] == {"expected_fail": 1}
 
 
+def test_show_lists_each_devices_selections_with_their_implementation(hist):
+    db, r1, r2 = hist
+    doc = json.loads(farm("show", r2, "--json", db=db).output)
+    shown = [(x["device"], x["op"], x["M"], x["K"], x["N"], x["variant"], x["impl"], x["tests"])
+             for x in doc["selections"]]
+    assert shown == [
+        ("applegpu_g13s @mac-1", "gate_up", 8, 5120, 17408, "stock", "stock-native", 1),
+        ("applegpu_g14g (emulated) @linux-1", "gate_up", 8, 5120, 17408, "scalar_kmajor",
+         "metal-emulated", 1)]
+    assert doc["selections"][0]["reason"] == "fallback:unsupported-device"
+    job_of = {j["device"]["label"]: j["id"] for j in doc["jobs"]}
+    assert [x["job_id"] for x in doc["selections"]] == [job_of["applegpu_g13s @mac-1"],
+                                                        job_of["applegpu_g14g (emulated) @linux-1"]]
+    lines = farm("show", r2, db=db).output.splitlines()
+    start = next(i for i, line in enumerate(lines) if "kernel selections" in line)
+    rows = [" ".join(line.replace("│", " ").split()) for line in lines[start:]]
+    assert any(r.startswith("applegpu_g14g (emulated) @linux-1 gate_up bfloat16 8 x 5120 x "
+                            "17408 scalar_kmajor metal-emulated tuned 1") for r in rows), rows
+    assert any(r.startswith("applegpu_g13s @mac-1 gate_up bfloat16 8 x 5120 x 17408 stock "
+                            "stock-native fallback:unsupported-device 1") for r in rows), rows
+    # Recorded before selections named their implementation: null in JSON, "unknown" shown.
+    old = json.loads(farm("show", r1, "--json", db=db).output)["selections"]
+    assert [x["impl"] for x in old] == [None, "metal-emulated"]
+    assert "scalar_kmajor unknown tuned" in " ".join(farm("show", r1, db=db).output.replace(
+        "│", " ").split())
+    # The export carries every result's selections with their implementation.
+    exported = json.loads(farm("export", r2, "--format", "json", db=db).output)
+    assert "selections" not in exported
+    assert sorted(s["impl"] for j in exported["jobs"] for r in j["results"]
+                  for s in r["selections"]) == ["metal-emulated", "stock-native"]
+
+
 def test_history_series_with_device_filter(hist):
     db, r1, r2 = hist
     rows = json.loads(farm("history", "suites/test_parity.py::test_m8", "--json",
@@ -147,6 +183,7 @@ def test_regressions_exit_codes_and_baseline(hist):
     res = farm("regressions", db=db)  # latest run, each device's previous run
     assert res.exit_code == 1, res.output
     assert "kernel_selection" in res.output and "new_failure" in res.output
+    assert "scalar_kmajor -> stock[stock-native]" in res.output  # unknown before: bare
     assert NODE_OK in res.output  # [params] are data, not rich markup
     report = json.loads(farm("regressions", r2, "--json", db=db).output)
     assert {(f["kind"], f["severity"]) for f in report["flags"]} == {
@@ -215,6 +252,12 @@ def test_ingest_command(tmp_path):
     res = farm("ingest", str(path), "--json", db=db)
     assert res.exit_code == 0, res.output
     assert json.loads(res.output)["status"] == "passed"
+    path = write_jsonl(tmp_path / "r2.jsonl", [session_start(), result(selections=[
+        {**sel("scalar_kmajor"), "impl": "metal"}]), session_finish()])
+    res = farm("ingest", str(path), "--json", db=db)
+    assert res.exit_code == 0, res.output
+    doc = json.loads(farm("show", json.loads(res.output)["id"], "--json", db=db).output)
+    assert [x["impl"] for x in doc["selections"]] == ["metal"]
 
 
 @pytest.mark.parametrize("kind", backends())
@@ -226,6 +269,8 @@ def test_bad_inputs_are_one_line_with_exit_codes(kind, tmp_path, capsys):
     h.close()
     junk = tmp_path / "junk.db"
     junk.write_bytes(os.urandom(2048))
+    newer = write_jsonl(tmp_path / "newer.jsonl", [session_start(), result(selections=[
+        {**sel("scalar_kmajor"), "impl": "metal-remote"}])])
     blocker = tmp_path / "file"
     blocker.write_text("")
     cases = [
@@ -239,6 +284,7 @@ def test_bad_inputs_are_one_line_with_exit_codes(kind, tmp_path, capsys):
         (["baseline", "set", run, "--db", str(blocker / "h.db")], 2, "cannot create"),
         (["runs", "--db", str(tmp_path / "absent.db")], 2, "no history at"),
         (["ingest", str(tmp_path / "missing.jsonl"), "--db", db], 2, "cannot read"),
+        (["ingest", str(newer), "--db", db], 2, "impl 'metal-remote', not one of metal, "),
         (["show", "--db", db], 2, "Missing argument"),
         (["export", run, "--db", db, "--format"], 2, "requires an argument"),
         (["runs", "--limit", "many", "--db", db], 2, "--limit"),
@@ -252,6 +298,11 @@ def test_bad_inputs_are_one_line_with_exit_codes(kind, tmp_path, capsys):
         assert "Traceback" not in p.stdout + p.stderr
     p = run_main(capsys, "regressions", "--db", db)
     assert p.returncode == 0, p.stdout + p.stderr
+    h = open_history(db, write=False)
+    from db.queries import list_runs
+
+    assert [r["id"] for r in list_runs(h)] == [run]  # the refused file recorded nothing
+    h.close()
 
 
 def test_installed_script_one_line_errors_and_farm_db(tmp_path):

@@ -14,6 +14,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from kernels.recorder import IMPLEMENTATIONS, Selection
 from suites.plugin import float32_digest, split_nodeid
 
 pytest_plugins = ["pytester"]
@@ -42,7 +43,8 @@ import pytest
 from dflash2.device import current_device
 from kernels.recorder import Selection, report
 
-SEL = Selection("gate_up", "bfloat16", 8, 5120, 17408, "scalar_kmajor", "tuned")
+SEL = Selection("gate_up", "bfloat16", 8, 5120, 17408, "scalar_kmajor", "tuned",
+                impl="metal-emulated")
 
 
 def test_measured(measure):
@@ -169,8 +171,12 @@ def test_stream_categories_and_exit_status(inner: pytest.Pytester, xdist: list[s
         {"name": "headroom", "value": None, "unit": None, "bound": None},
     ]
     assert [s["variant"] for s in m["selections"]] == ["scalar_kmajor", "stock"]
-    assert m["selections"][0] == {"op": "gate_up", "dtype": "bfloat16", "M": 8, "K": 5120,
-                                  "N": 17408, "variant": "scalar_kmajor", "reason": "tuned"}
+    assert m["selections"] == [
+        {"op": "gate_up", "dtype": "bfloat16", "M": 8, "K": 5120, "N": 17408,
+         "variant": "scalar_kmajor", "reason": "tuned", "impl": "metal-emulated"},
+        # A dispatcher that does not name the implementation: null, read as unknown.
+        {"op": "down", "dtype": "bfloat16", "M": 8, "K": 17408, "N": 5120, "variant": "stock",
+         "reason": "fallback:shape", "impl": None}]
     expected = mx.arange(32, dtype=mx.bfloat16).reshape(4, 8) / 7
     assert m["fingerprints"] == [{"key": "scalar_kmajor/4x8/bfloat16",
                                   "digest": float32_digest(expected), "shape": [4, 8],
@@ -194,7 +200,8 @@ def test_stream_categories_and_exit_status(inner: pytest.Pytester, xdist: list[s
     assert measured[0][0] == "dflash2"
     assert measured[0][1]["measurements"][0]["value"] == 0.0078125
     assert math.isnan(measured[0][1]["measurements"][1]["value"])
-    assert [s["variant"] for s in measured[0][1]["selections"]] == ["scalar_kmajor", "stock"]
+    assert [(s["variant"], s["impl"]) for s in measured[0][1]["selections"]] == [
+        ("scalar_kmajor", "metal-emulated"), ("stock", None)]
 
 
 def test_expected_failure_alone_is_not_a_red_run(inner: pytest.Pytester) -> None:
@@ -346,3 +353,15 @@ def test_fingerprint_is_sha256_of_float32_bytes() -> None:
 ])
 def test_split_nodeid(nodeid: str, test_id: str, params: str) -> None:
     assert split_nodeid(nodeid) == (test_id, params)
+
+
+def test_selection_names_its_implementation() -> None:
+    """The five implementation names are defined once; a misspelt one fails at dispatch."""
+    assert IMPLEMENTATIONS == ("metal", "metal-emulated", "portable", "cuda", "stock-native")
+    for impl in IMPLEMENTATIONS:
+        sel = Selection("out", "float16", 8, 4096, 4096, "narrow_output", "tuned", impl=impl)
+        assert sel.to_json()["impl"] == impl
+    assert Selection("out", "float16", 8, 4096, 4096, "stock", "fallback:shape"
+                     ).to_json()["impl"] is None
+    with pytest.raises(ValueError, match="'gpu' is not one of metal, metal-emulated"):
+        Selection("out", "float16", 8, 4096, 4096, "stock", "fallback:shape", impl="gpu")
