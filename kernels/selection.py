@@ -69,6 +69,9 @@ def backend_of(key: str) -> str | None:
                 None)
 
 
+CUSTOM_BITS = 4  # every custom source unpacks eight 4-bit values per uint32 word
+
+
 def build_table(data: dict) -> Table:
     from kernels.variants import VARIANTS
 
@@ -78,6 +81,9 @@ def build_table(data: dict) -> Table:
         if e["variant"] not in VARIANTS:
             raise ValueError(f"selection table entry {i}: unknown variant {e['variant']!r}")
         params = dict(e.get("params", {}))
+        if int(e["bits"]) != CUSTOM_BITS and e["variant"] != "stock":
+            raise ValueError(f"selection table entry {i}: {e['variant']} unpacks "
+                             f"{CUSTOM_BITS}-bit weights, not {e['bits']}-bit")
         for dev in e["devices"]:
             backend = backend_of(dev)
             if backend is None:

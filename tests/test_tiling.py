@@ -157,3 +157,11 @@ def test_params_are_merged_one_way():
     fp16 = VARIANTS["fp16_matrix"]
     assert tiling.merged_params(fp16, {"k_groups": 4, "n_tile": 2}) == {"n_tile": 8,
                                                                          "k_groups": 1}
+
+
+def test_a_custom_variant_at_another_bit_width_is_refused_at_load():
+    data = json.loads(json.dumps(TABLE))
+    entry = next(e for e in data["entries"] if e["variant"] == "scalar_kmajor")
+    entry["bits"] = 8
+    with pytest.raises(ValueError, match=r"scalar_kmajor unpacks 4-bit weights, not 8-bit"):
+        build_table(data)
