@@ -84,8 +84,16 @@ def _key(*parts: str) -> str:
     return h.hexdigest()[:24]
 
 
+# zig's wrapper moves each output through its own global cache; two processes compiling the same
+# content at once (xdist workers) can lose that rename. It is not a compile error: try again.
+_CACHE_RACE = ("failed to rename", "FileNotFound", "unable to create cache")
+
+
 def _run(args: list[str], what: str) -> None:
-    r = subprocess.run([*compiler(), *args], check=False, capture_output=True, text=True)
+    for _attempt in range(4):
+        r = subprocess.run([*compiler(), *args], check=False, capture_output=True, text=True)
+        if r.returncode == 0 or not any(m in r.stderr for m in _CACHE_RACE):
+            break
     if r.returncode != 0:
         diag = "\n".join(line for line in r.stderr.splitlines()
                          if "warning: argument unused" not in line)
@@ -106,7 +114,10 @@ def check_source(source: str, name: str, extra_includes: tuple[Path, ...] = ()) 
         src = Path(tmp) / f"{name}.metal.cpp"
         src.write_text(lower.lower(source))
         inc = [f"-I{d}" for d in (SHIM, *extra_includes)]
-        _run(["-x", "c++", *KERNEL_FLAGS, *inc, "-fsyntax-only", str(src)], name)
+        # -fsyntax-only would do, but zig's wrapper then fails moving an output that was never
+        # written; an unoptimised object into the temp folder costs little more.
+        _run(["-x", "c++", *KERNEL_FLAGS, *inc, "-O0", "-c", "-o", str(Path(tmp) / "check.o"),
+              str(src)], name)
 
 
 def build_kernel(source: str, entry: str, name: str) -> Path:

@@ -232,6 +232,10 @@ void on_signal(int sig, siginfo_t* info, void* uctx) {
     }
   } else if (sig == SIGFPE) {
     snprintf(buf, sizeof buf, "arithmetic fault (integer division by zero?) by %s", w);
+  } else if (sig == SIGTRAP || sig == SIGILL) {
+    snprintf(buf, sizeof buf,
+             "trap in %s (undefined behaviour the compiler made a trap of, e.g. a loop with no "
+             "way out, or __builtin_trap)", w);
   } else if (sig == SIGPROF) {
     snprintf(buf, sizeof buf, "time limit exceeded (an endless loop?) in %s", w);
   } else {
@@ -383,7 +387,7 @@ void run_threadgroup(const unsigned tg_pos[3], const unsigned tg[3], const unsig
 }
 
 struct SavedSignals {
-  struct sigaction segv, bus, fpe, prof, ill;
+  struct sigaction segv, bus, fpe, prof, ill, trap;
 };
 
 }  // namespace
@@ -464,6 +468,7 @@ int emu_launch(void (*entry)(void* const*), struct __emu_hooks_t* hooks, void* c
   sigaction(SIGBUS, &sa, &saved.bus);
   sigaction(SIGFPE, &sa, &saved.fpe);
   sigaction(SIGILL, &sa, &saved.ill);
+  sigaction(SIGTRAP, &sa, &saved.trap);
   sigaction(SIGPROF, &sa, &saved.prof);
   struct itimerval timer {}, old_timer {};
   timer.it_value.tv_sec = static_cast<long>(cpu_seconds);
@@ -487,6 +492,7 @@ int emu_launch(void (*entry)(void* const*), struct __emu_hooks_t* hooks, void* c
   sigaction(SIGBUS, &saved.bus, nullptr);
   sigaction(SIGFPE, &saved.fpe, nullptr);
   sigaction(SIGILL, &saved.ill, nullptr);
+  sigaction(SIGTRAP, &saved.trap, nullptr);
   sigaction(SIGPROF, &saved.prof, nullptr);
   sigaltstack(&old_alt, nullptr);
   for (auto& l : g_lanes) munmap(l.stack_map, kStack + 4096);
