@@ -97,6 +97,12 @@ METAL_ATTRIBUTES = frozenset({
 })
 
 
+def _breaks(text: str) -> str:
+    """The line breaks (with their macro continuations) in ``text``: what a rewrite that drops
+    ``text`` puts back so every later line stays where it was."""
+    return "".join(re.findall(r"\\?\n", text))
+
+
 def _vector_constructor(m: re.Match) -> str:
     if _OPERATOR_BEFORE.search(m.string, 0, m.start()):
         return m[0]  # `operator float4()`: a conversion function, not a construction
@@ -108,16 +114,17 @@ def lower(source: str) -> str:
         lambda m: m["lead"] + 'static __attribute__((section("emu_tg"))) '
         "__attribute__((loader_uninitialized)) " + m["decl"], source)
     out = _METHOD_AS.sub(lambda m: m["head"] + f"__EMU_ADDRESS_SPACE_MEMBER({m['space']})", out)
-    out = _INSTANCE_ATTRS.sub("template", out)
+    out = _INSTANCE_ATTRS.sub(lambda m: "template" + _breaks(m["attrs"]), out)
     out = _FUNCTION_CONSTANT.sub(
         lambda m: f"{m['lead']}static constexpr ::metal::__emu::function_constant<{m['type']}, "
         f"{m['index']}> {m['name']}{{}};", out)
     out = _ARRAY_PARAM.sub(
         lambda m: m["decl"] + (f"(*{m['name']}){m['rest']}" if m["rest"] else f"*{m['name']}"), out)
     out = _DEREF_CAST.sub(
-        lambda m: m["head"] + ("const " if m["space"] == "constant" else "") + m["type"], out)
-    out = _TG_ATTR.sub("[[emu_threadgroup(", out)
-    out = _VEC_CAST.sub(lambda m: f"::__emu_make<{m['type']}>(", out)
+        lambda m: m["head"] + ("const " if m["space"] == "constant" else "")
+        + _breaks(m[0][m.end("head") - m.start():m.start("type") - m.start()]) + m["type"], out)
+    out = _TG_ATTR.sub(lambda m: "[[emu_threadgroup(" + _breaks(m[0]), out)
+    out = _VEC_CAST.sub(lambda m: f"::__emu_make<{m['type']}>(" + _breaks(m[0]), out)
     return _VEC_CTOR.sub(_vector_constructor, out)
 
 
