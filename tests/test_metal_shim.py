@@ -205,7 +205,9 @@ VALID = {
        + float(mulhi(i, 7u)) + float(rotate(i, 3u)) + float(addsat(k, 1))
        + (isnan(v) ? 1.0f : 0.0f) + (all(float2(v) < float2(2.0f)) ? 1.0f : 0.0f)
        + select(0.0f, 1.0f, v > 0.5f) + dot(float3(v), float3(1.0f)) + length(float2(v, 1.0f))
-       + normalize(float2(3.0f, 4.0f)).x + cross(float3(1, 0, 0), float3(0, 1, 0)).z;""",
+       + normalize(float2(3.0f, 4.0f)).x + cross(float3(1, 0, 0), float3(0, 1, 0)).z
+       + metal::max(float4(v), float4(1.0f)).x + float(metal::min(int2(k), int2(3)).y)
+       + float(metal::max(half2(half(v)), half2(1.0h)).y) + metal::clamp(float2(v), 0.0f, 1.0f).x;""",
     "limits_and_traits": """
   static_assert(metal::is_same_v<metal::remove_cv_t<const float>, float>, "");
   static_assert(metal::is_floating_point_v<half> && metal::is_floating_point_v<bfloat>, "");
@@ -442,14 +444,14 @@ PROBE = r"""
   o[21] = float(atomic_load_explicit(&counter, memory_order_relaxed));
   o[22] = metal::exp(1.0f);
   o[23] = metal::sinpi(v + 0.5f);
-  o[24] = metal::fmax(v, metal::numeric_limits<float>::quiet_NaN());
+  o[24] = metal::fmax(metal::numeric_limits<float>::quiet_NaN(), v);
   o[25] = 0.0f;
   o[26] = 0.0f;
   if (l % 2 == 1) {
     o[25] = simd_sum(v);
     o[26] = float(uint64_t(simd_ballot(true)) & 0xFFFFFFFFull);
   }
-  o[27] = 0.0f;
+  o[27] = metal::min(v, metal::numeric_limits<float>::quiet_NaN());
 """
 
 
@@ -489,7 +491,8 @@ def test_shim_functions_compute_what_msl_specifies():
         21: np.full(32, 32.0),
         22: np.full(32, np.float32(np.e)),
         23: np.where(lanes % 2 == 0, 1.0, -1.0),  # sinpi(n + 0.5) = (-1)^n
-        24: v,  # fmax ignores a NaN
+        24: v,  # fmax and min ignore a NaN (IEEE maxNum / minNum)
+        27: v,
         25: np.where(lanes % 2 == 1, v[1::2].sum(), 0.0),  # the odd lanes' own group
         26: np.where(lanes % 2 == 1, float(0xAAAAAAAA), 0.0),
     }
