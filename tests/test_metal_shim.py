@@ -389,18 +389,7 @@ def invalid_source(snippet: str) -> str:
     return kernel(snippet)
 
 
-# `zig c++` (the ziglang wheel's wrapper, toolchain.compiler()'s default) passes libc++'s and
-# the system's include folders as explicit -isystem flags, which -nostdinc does not remove: a
-# kernel can #include <math.h> there. `zig clang` honours -nostdinc. Strict: once the toolchain
-# hides libc, this marker must go.
-_ZIG_WRAPPER_SHOWS_LIBC = pytest.mark.xfail(
-    " ".join(toolchain.compiler()).endswith("ziglang c++"), strict=True,
-    reason="zig c++ adds libc include folders that -nostdinc keeps (toolchain.py)")
-
-
-@pytest.mark.parametrize("case", [
-    pytest.param(c, marks=_ZIG_WRAPPER_SHOWS_LIBC) if c == "libc_header" else c
-    for c in sorted(INVALID)])
+@pytest.mark.parametrize("case", sorted(INVALID))
 def test_invalid_metal_is_refused(case):
     snippet, fragments = INVALID[case]
     message = refused(invalid_source(snippet), case)

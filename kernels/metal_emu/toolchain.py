@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from kernels.metal_emu import lower
@@ -41,25 +42,40 @@ class NoCompiler(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class Compiler:
+    """``compile`` turns one Metal TU into an object with nothing but the shim on its include
+    path; ``link`` makes shared libraries (and builds the runtime, which needs libc).
+
+    zig's ``c++`` driver adds its libc++ and libc folders as -isystem paths that -nostdinc does
+    not remove, so a kernel could include <math.h>; its raw ``clang`` adds nothing. Hence two
+    commands."""
+
+    compile: tuple[str, ...]
+    link: tuple[str, ...]
+
+
 @functools.cache
-def compiler() -> tuple[str, ...]:
+def compiler() -> Compiler:
     given = os.environ.get(ENV_CLANG)
     if given:
-        return (given,)
+        return Compiler((given,), (given,))
     if importlib.util.find_spec("ziglang") is not None:
-        return (sys.executable, "-m", "ziglang", "c++")
+        zig = (sys.executable, "-m", "ziglang")
+        return Compiler((*zig, "clang"), (*zig, "c++"))
     found = shutil.which("clang++")
     if found:
-        return (found,)
+        return Compiler((found,), (found,))
     raise NoCompiler("no clang for the Metal emulator: pip install ziglang, install clang++, "
                      f"or set {ENV_CLANG}")
 
 
 @functools.cache
 def compiler_id() -> str:
-    r = subprocess.run([*compiler(), "--version"], check=False, capture_output=True,
+    r = subprocess.run([*compiler().compile, "--version"], check=False, capture_output=True,
                        text=True)
-    return r.stdout.splitlines()[0] if r.returncode == 0 and r.stdout else " ".join(compiler())
+    first = r.stdout.splitlines()[0] if r.returncode == 0 and r.stdout else ""
+    return f"{first} ({' '.join(compiler().compile)} / {' '.join(compiler().link)})"
 
 
 @functools.cache
@@ -89,9 +105,10 @@ def _key(*parts: str) -> str:
 _CACHE_RACE = ("failed to rename", "FileNotFound", "unable to create cache")
 
 
-def _run(args: list[str], what: str) -> None:
+def _run(args: list[str], what: str, *, link: bool = False) -> None:
+    cmd = compiler().link if link else compiler().compile
     for _attempt in range(4):
-        r = subprocess.run([*compiler(), *args], check=False, capture_output=True, text=True)
+        r = subprocess.run([*cmd, *args], check=False, capture_output=True, text=True)
         if r.returncode == 0 or not any(m in r.stderr for m in _CACHE_RACE):
             break
     if r.returncode != 0:
@@ -114,10 +131,7 @@ def check_source(source: str, name: str, extra_includes: tuple[Path, ...] = ()) 
         src = Path(tmp) / f"{name}.metal.cpp"
         src.write_text(lower.lower(source))
         inc = [f"-I{d}" for d in (SHIM, *extra_includes)]
-        # -fsyntax-only would do, but zig's wrapper then fails moving an output that was never
-        # written; an unoptimised object into the temp folder costs little more.
-        _run(["-x", "c++", *KERNEL_FLAGS, *inc, "-O0", "-c", "-o", str(Path(tmp) / "check.o"),
-              str(src)], name)
+        _run(["-x", "c++", *KERNEL_FLAGS, *inc, "-fsyntax-only", str(src)], name)
 
 
 def build_kernel(source: str, entry: str, name: str) -> Path:
@@ -133,7 +147,12 @@ def build_kernel(source: str, entry: str, name: str) -> Path:
     src = build_dir() / f"{name}-{key}.metal.cpp"
     src.write_text(lower.lower(source) + entry)
     tmp = build_dir() / f".{target.name}.{os.getpid()}.tmp"
-    _run(["-x", "c++", *KERNEL_FLAGS, f"-I{SHIM}", "-shared", "-o", str(tmp), str(src)], name)
+    obj = tmp.with_suffix(".o")
+    try:
+        _run(["-x", "c++", *KERNEL_FLAGS, f"-I{SHIM}", "-c", "-o", str(obj), str(src)], name)
+        _run(["-shared", "-o", str(tmp), str(obj)], name, link=True)
+    finally:
+        obj.unlink(missing_ok=True)
     return _publish(tmp, target)
 
 
@@ -145,5 +164,5 @@ def build_runtime() -> Path:
         return target
     tmp = build_dir() / f".{target.name}.{os.getpid()}.tmp"
     _run(["-std=c++17", "-O2", "-fPIC", "-shared", f"-I{SHIM}", "-o", str(tmp), str(RUNTIME)],
-         "the executor runtime")
+         "the executor runtime", link=True)
     return _publish(tmp, target)
