@@ -22,9 +22,14 @@ def test_microbench_prints_table_and_writes_json(tmp_path):
 
 
 def test_microbench_single_variant_and_bad_input():
-    r = _bench("--k", "256", "--n", "256", "--variant", "verify_m16", "--warmup", "0",
+    r = _bench("--k", "512", "--n", "256", "--variant", "verify_m16", "--warmup", "0",
                "--iterations", "1", "--device-arch", "applegpu_g14g")
     assert r.returncode == 0 and "verify_m16" in r.stdout
+    # verify_m16's two K groups cannot tile K=256: one line, no traceback, exit 2.
+    untiled = _bench("--k", "256", "--n", "256", "--variant", "verify_m16", "--warmup", "0",
+                     "--iterations", "1", "--device-arch", "applegpu_g14g")
+    assert untiled.returncode == 2 and "K=256 is not a multiple of 256*k_groups=512" in \
+        untiled.stderr and "Traceback" not in untiled.stderr
     bad = _bench("--variant", "nope", "--iterations", "1")
     assert bad.returncode == 2 and bad.stderr.startswith("error: unknown variant")
     assert "Traceback" not in bad.stderr

@@ -24,6 +24,7 @@ from dflash2.errors import Dflash2Error
 from kernels.dispatch import run_variant
 from kernels.qweights import QWeights
 from kernels.selection import Choice, select
+from kernels.tiling import TilingError
 from kernels.variants import VARIANTS
 
 DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16, "float32": mx.float32}
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         res = run(args.k, args.n, args.dtype, args.warmup, args.iterations, args.variant,
                   args.n_slice, args.device_arch)
-    except Dflash2Error as e:
+    except (Dflash2Error, TilingError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(render(res))
