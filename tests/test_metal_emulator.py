@@ -149,6 +149,18 @@ def test_divergent_collectives_form_their_own_groups():
     assert (y[:12] == 12).all() and (y[12:] == 40).all()
 
 
+def test_a_collective_after_a_divergent_one_runs_with_every_lane():
+    src = """
+      uint l = thread_index_in_simdgroup;
+      float s = 0.0f;
+      if (l % 2 == 1) s = simd_sum(1.0f);
+      float q = simd_sum(2.0f);
+      y[l] = s + 100.0f * q;
+    """
+    y = launch(src, name="reconverge")
+    assert (y[1::2] == 16 + 6400).all() and (y[0::2] == 6400).all()
+
+
 def test_collectives_in_unswitched_loops_stay_together():
     # clang unswitches this loop on `l == 0`: the executor must still group by source call.
     src = """

@@ -257,12 +257,21 @@ bool resolve(unsigned nthreads) {
   for (unsigned s = 0; s < nsimd; ++s) {
     const unsigned lo = s * kSimd, hi = lo + kSimd < nthreads ? lo + kSimd : nthreads;
     bool all_sg_barrier = true, any_live = false;
+    // Lanes of one SIMD group waiting at different collectives have diverged. On hardware the
+    // branch with the collective runs under its mask while the others wait to reconverge, so
+    // only the earliest call site in the source resolves now; the rest wait for the lanes that
+    // will join them. (A collective reached by every lane after a divergent block that has one
+    // of its own then runs with every lane, as on hardware.)
+    const void* first_site = nullptr;
+    for (unsigned i = lo; i < hi; ++i)
+      if (g_lanes[i].state == kWaitSimd && (!first_site || g_lanes[i].site < first_site))
+        first_site = g_lanes[i].site;
     for (unsigned i = lo; i < hi; ++i) {
       Lane& l = g_lanes[i];
       if (l.state == kDone) continue;
       any_live = true;
       if (l.state != kWaitSgBarrier) all_sg_barrier = false;
-      if (l.state != kWaitSimd) continue;
+      if (l.state != kWaitSimd || l.site != first_site) continue;
       // Group every lane waiting at this site with this one.
       alignas(16) unsigned char in_all[kSimd * 64] = {0};
       alignas(16) unsigned char out_all[kSimd * 64] = {0};
