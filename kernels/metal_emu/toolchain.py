@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernels.metal_emu import lower
+from kernels.metal_emu import lower, mlx_metal
 from kernels.metal_emu.mlx_metal import cache_root
 
 ENV_CLANG = "DFLASH2_CLANG"
@@ -122,16 +122,57 @@ def _publish(tmp: Path, target: Path) -> Path:
     return target
 
 
-def check_source(source: str, name: str, extra_includes: tuple[Path, ...] = ()) -> None:
-    """Compile ``source`` (a Metal translation unit) strictly, producing nothing."""
+def _refuse_unknown_attributes(source: str, name: str) -> None:
     bad = lower.unknown_attributes(source)
     if bad:
         raise CompileError(f"{name} does not compile: unknown attribute(s) {', '.join(bad)}")
+
+
+@functools.cache
+def _preamble_pch(lowered_preamble: str) -> Path:
+    """MLX's utils preamble (lowered), precompiled once: every launch's source starts with it,
+    and parsing it is most of a kernel's compile time."""
+    key = _key(" ".join(KERNEL_FLAGS), lowered_preamble)
+    target = build_dir() / f"preamble-{key}.pch"
+    header = build_dir() / f"preamble-{key}.h"
+    if target.exists() and header.exists():
+        return target
+    tmp_header = build_dir() / f".{header.name}.{os.getpid()}.tmp"
+    tmp_header.write_text(lowered_preamble)
+    os.replace(tmp_header, header)
+    tmp = build_dir() / f".{target.name}.{os.getpid()}.tmp"
+    _run(["-x", "c++-header", *KERNEL_FLAGS, f"-I{SHIM}", "-o", str(tmp), str(header)],
+         "MLX's utils preamble")
+    return _publish(tmp, target)
+
+
+def _translation_unit(source: str, name: str) -> tuple[str, list[str]]:
+    """The lowered text to compile and the flags it needs. When ``source`` starts with MLX's
+    preamble (every launch's does), that part comes from the precompiled header and a #line
+    directive keeps the rest at its own line numbers: the same program, parsed once."""
+    lowered = lower.lower(source)
+    pre = mlx_metal.utils_preamble()
+    if source.startswith(pre) and pre.endswith("\n"):
+        lowered_pre, lowered_rest = lower.lower(pre), lower.lower(source[len(pre):])
+        if lowered_pre + lowered_rest == lowered:  # no rewrite spans the seam
+            line = lowered_pre.count("\n") + 1
+            return (f'#line {line} "{name}.metal.cpp"\n{lowered_rest}',
+                    ["-include-pch", str(_preamble_pch(lowered_pre))])
+    return lowered, []
+
+
+def check_source(source: str, name: str, extra_includes: tuple[Path, ...] = ()) -> None:
+    """Compile ``source`` (a Metal translation unit) strictly, producing nothing."""
+    _refuse_unknown_attributes(source, name)
     with tempfile.TemporaryDirectory(prefix="dflash2-check-") as tmp:
         src = Path(tmp) / f"{name}.metal.cpp"
-        src.write_text(lower.lower(source))
+        if extra_includes:
+            text, pch = lower.lower(source), []
+        else:
+            text, pch = _translation_unit(source, name)
+        src.write_text(text)
         inc = [f"-I{d}" for d in (SHIM, *extra_includes)]
-        _run(["-x", "c++", *KERNEL_FLAGS, *inc, "-fsyntax-only", str(src)], name)
+        _run(["-x", "c++", *KERNEL_FLAGS, *inc, *pch, "-fsyntax-only", str(src)], name)
 
 
 def build_kernel(source: str, entry: str, name: str) -> Path:
@@ -141,15 +182,15 @@ def build_kernel(source: str, entry: str, name: str) -> Path:
     target = build_dir() / f"{name}-{key}.so"
     if target.exists():
         return target
-    bad = lower.unknown_attributes(source)
-    if bad:
-        raise CompileError(f"{name} does not compile: unknown attribute(s) {', '.join(bad)}")
+    _refuse_unknown_attributes(source, name)
+    text, pch = _translation_unit(source, name)
     src = build_dir() / f"{name}-{key}.metal.cpp"
-    src.write_text(lower.lower(source) + entry)
+    src.write_text(text + entry)
     tmp = build_dir() / f".{target.name}.{os.getpid()}.tmp"
     obj = tmp.with_suffix(".o")
     try:
-        _run(["-x", "c++", *KERNEL_FLAGS, f"-I{SHIM}", "-c", "-o", str(obj), str(src)], name)
+        _run(["-x", "c++", *KERNEL_FLAGS, f"-I{SHIM}", *pch, "-c", "-o", str(obj), str(src)],
+             name)
         _run(["-shared", "-o", str(tmp), str(obj)], name, link=True)
     finally:
         obj.unlink(missing_ok=True)
