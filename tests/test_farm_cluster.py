@@ -95,15 +95,19 @@ def test_a_selector_with_no_device_fails_fast_listing_the_live_ones(farm_cluster
         assert arch in err[0]
 
 
-def test_the_device_runs_the_drivers_tree_not_its_own(farm_cluster: FarmCluster, tmp_path):
-    tree = tmp_path / "checkout"
+def _copy_checkout(dest: Path) -> Path:
     files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "-co",
                             "--exclude-standard"], capture_output=True, text=True,
                            check=True).stdout.split("\0")
     for rel in filter(None, files):
         if (REPO / rel).is_file():
-            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / rel, tree / rel)
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, dest / rel)
+    return dest
+
+
+def test_the_device_runs_the_drivers_tree_not_its_own(farm_cluster: FarmCluster, tmp_path):
+    tree = _copy_checkout(tmp_path / "checkout")
     marker = f"changed-{secrets.token_hex(4)}"
     (tree / FIX / "shipped_value.txt").write_text(marker + "\n")
     code, run = farm_cluster.run_json("--suite", f"{FIX}/suite_shipped.py", "--devices", "g15s",
@@ -221,17 +225,6 @@ def _count(db: Path, sql: str) -> int:
             return c.execute(sql).fetchone()[0]
     except sqlite3.Error:
         return 0
-
-
-def _copy_checkout(dest: Path) -> Path:
-    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "-co",
-                            "--exclude-standard"], capture_output=True, text=True,
-                           check=True).stdout.split("\0")
-    for rel in filter(None, files):
-        if (REPO / rel).is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / rel, dest / rel)
-    return dest
 
 
 def test_one_changed_index_in_a_metal_source_fails_the_farm_run_naming_the_kernel(
