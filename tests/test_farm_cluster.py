@@ -227,23 +227,29 @@ def _count(db: Path, sql: str) -> int:
         return 0
 
 
-def test_one_changed_index_in_a_metal_source_fails_the_farm_run_naming_the_kernel(
-        farm_cluster: FarmCluster, tmp_path):
-    """The emulated g13s runs the Metal source that ships: an index off by one in it (the
-    portable form untouched) fails m8-parity, and the failure names the kernel."""
+@pytest.mark.parametrize(("new", "expected"), [
+    # an index off by one: the kernel reads past its row (or computes another sum)
+    ("xv[m][j] = float(x[m * K + k + j + 1]);",
+     ("metal-emulated differs from its portable form", "out-of-bounds read of buffer 'x'")),
+    # a name MSL does not have: clang's message reaches the farm's result
+    ("xv[m][j] = float(x[m * K + k + jj]);",
+     ("does not compile", "use of undeclared identifier 'jj'")),
+], ids=["index", "compile"])
+def test_a_changed_metal_source_fails_the_farm_run_naming_the_kernel(
+        farm_cluster: FarmCluster, tmp_path, new, expected):
+    """The emulated g13s runs the Metal source that ships: one change in it (the portable form
+    untouched) fails m8-parity, and the failure names the kernel and what went wrong."""
     tree = _copy_checkout(tmp_path / "checkout")
     src = tree / "kernels" / "variants" / "scalar_kmajor.py"
     text = src.read_text()
     old = "xv[m][j] = float(x[m * K + k + j]);"
     assert text.count(old) == 1
-    src.write_text(text.replace(old, "xv[m][j] = float(x[m * K + k + j + 1]);"))
+    src.write_text(text.replace(old, new))
     code, run = farm_cluster.run_json("--suite", "m8-parity", "--devices", "g13s",
                                       "--db", str(tmp_path / "h.db"), cwd=tree, timeout=600)
     assert code == 1
     failed = [r for job in run["jobs"] for r in job["results"]
               if r["outcome"] in ("failed", "error")]
-    assert failed, "the mutant passed m8-parity"
-    assert any("scalar_kmajor" in r["message"] and (
-        "metal-emulated differs from its portable form" in r["message"]
-        or "out-of-bounds read of buffer 'x'" in r["message"]) for r in failed), \
-        [r["message"][:300] for r in failed]
+    assert failed, "the changed source passed m8-parity"
+    assert any("scalar_kmajor" in r["message"] and any(e in r["message"] for e in expected)
+               for r in failed), [r["message"][:300] for r in failed]
