@@ -1,5 +1,6 @@
-"""m8-parity: the M=8 verify path against stock and the M=4 path, the wrapper against the raw
-dispatch, verifier-off against stock, and the draft (W4A32, padded) and vocabulary paths."""
+"""m8-parity: the M=8 verify path against stock and the M=4 path, two blocks at once (M=16)
+against stock, the wrapper against the raw dispatch, verifier-off against stock, and the draft
+(W4A32, padded) and vocabulary paths."""
 
 import mlx.core as mx
 import numpy as np
@@ -7,6 +8,7 @@ import pytest
 
 from dflash2.quant import resolve_draft_spec
 from dflash2.verify import DraftQuantizedLinear, VerifyQuantizedLinear, custom_verifier
+from kernels.ulps import scaled_ulps
 from suites import support
 from suites.bounds import deviation_bound
 
@@ -41,6 +43,21 @@ def test_m8_vs_m4_same_rows(op, dtype, measure):
     bound = deviation_bound(8, op)
     dev = _record_deviation(measure, "deviation", y8, y4, bound)
     assert dev <= bound, f"M=8 vs M=4 {op} {dtype}: {dev:g} > {bound:g}"
+
+
+@pytest.mark.parametrize("op,dtype", SHAPE_DTYPES, ids=IDS)
+def test_m16_two_blocks_vs_stock(op, dtype, measure):
+    """Two blocks verified in one pass (M=16) against stock, at the rounding each makes: both
+    accumulate in float32 and round once, so each is within 1 ulp of the output dtype at the dot
+    product's scale of the exact result, and within 2 of each other. (The pinned absolute M=16
+    bounds, some below one ulp, are numeric-bounds' to judge.)"""
+    c = support.case(op, dtype)
+    y16, ys = support.verify_path(c, 16), support.stock(c, 16)
+    assert y16.shape == ys.shape == (16, c.qw.n)
+    _ref, scale = c.reference(16)
+    ulps = float(scaled_ulps(support.f64(y16), support.f64(ys), scale, dtype).max())
+    measure.record("ulps_vs_stock_at_scale", ulps, "ulp", 2.0)
+    assert ulps <= 2.0, f"M=16 {op} {dtype}: {ulps:.3g} ulps from stock at the dot product's scale"
 
 
 @pytest.mark.parametrize("op,dtype", SHAPE_DTYPES, ids=IDS)

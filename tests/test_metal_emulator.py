@@ -102,6 +102,23 @@ def test_endless_loop_stops_at_the_time_limit(monkeypatch):
         launch(src, name="spin")
 
 
+def test_a_thread_or_threadgroup_array_overrun_is_caught():
+    src = """
+      threadgroup float shared[32];
+      float local[4];
+      uint l = thread_index_in_simdgroup;
+      for (uint j = 0; j < 4; ++j) local[j] = x[l] + float(j);
+      shared[l] = local[{i}];
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      y[l] = shared[{s}];
+    """
+    assert launch(src.replace("{i}", "l % 4").replace("{s}", "31 - l"), name="arr_ok")[0] == 34
+    with pytest.raises(executor.EmulatorError, match="an index past the end of a thread"):
+        launch(src.replace("{i}", "l % 5").replace("{s}", "31 - l"), name="arr_local")
+    with pytest.raises(executor.EmulatorError, match="an index past the end of a thread"):
+        launch(src.replace("{i}", "l % 4").replace("{s}", "32 - l"), name="arr_shared")
+
+
 def test_a_trap_is_reported_not_fatal():
     with pytest.raises(executor.EmulatorError, match="trap in thread"):
         launch("if (x[0] == 0.0f) __builtin_trap(); y[thread_position_in_grid.x] = 1.0f;",

@@ -10,9 +10,11 @@ using namespace metal;
 // may name the kernel's template parameters (T, GS): the group size is an explicit template
 // argument and the pointer types are deduced. Deduced pointers also accept MLX's `constant`
 // buffers (arrays under 8 elements) and scales stored in a dtype other than the activations'.
+// `out` is a reference to the caller's array, not a decayed pointer, so its length is part of
+// the type and an index past it is caught (the emulator compiles with array-bounds checks).
 template <int GS, typename WPtr, typename SPtr>
 inline void dequant_word(WPtr w, SPtr scales, SPtr biases, uint n, uint k, uint K,
-                         thread float out[8]) {
+                         thread float (&out)[8]) {
   const uint32_t word = w[n * (K / 8) + k / 8];
   const float s = float(scales[n * (K / GS) + k / GS]);
   const float b = float(biases[n * (K / GS) + k / GS]);

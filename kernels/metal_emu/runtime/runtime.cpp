@@ -234,8 +234,8 @@ void on_signal(int sig, siginfo_t* info, void* uctx) {
     snprintf(buf, sizeof buf, "arithmetic fault (integer division by zero?) by %s", w);
   } else if (sig == SIGTRAP || sig == SIGILL) {
     snprintf(buf, sizeof buf,
-             "trap in %s (undefined behaviour the compiler made a trap of, e.g. a loop with no "
-             "way out, or __builtin_trap)", w);
+             "trap in %s: an index past the end of a thread or threadgroup array, or other "
+             "undefined behaviour the compiler made a trap of (a loop with no way out)", w);
   } else if (sig == SIGPROF) {
     snprintf(buf, sizeof buf, "time limit exceeded (an endless loop?) in %s", w);
   } else {
