@@ -25,9 +25,15 @@ portable form; this bench measures how much of each source the suite actually pi
    mutant id (with a digest of the tree), so an interrupted run resumes.
 3. A table per source and per variant, bench/results/mutation_score.json and .md; every
    survivor is listed with its diff and a judgement (``JUDGEMENTS`` below): equivalent to the
-   original, or which test would kill it.
+   original, or which test would kill it. ``--also-suite``/``--also-pytest`` run the JSON's
+   survivors through other checks (same mutant ids) and record which kill them.
 
-Never run as a unit test: ``python bench/mutation_score.py [--jobs 2] [--limit N] [--fresh]``.
+Never run as a unit test:
+
+    python bench/mutation_score.py [--jobs 2] [--limit N] [--only ID,...] [--fresh]
+    python bench/mutation_score.py --commit SHA      # resume a run measured at SHA
+    python bench/mutation_score.py --also-suite numeric-bounds --also-pytest "tests/x.py -k y"
+    python bench/mutation_score.py --report          # rewrite the report (after judging)
 """
 
 from __future__ import annotations
@@ -726,8 +732,18 @@ def write_report(out: dict, mutants: list[dict], results: dict[str, dict]) -> st
     for label, meta in (out.get("also") or {}).items():
         n = sum(bool((results[m["id"]].get("also") or {}).get(label, {}).get("killed"))
                 for m in survivors)
-        lines.append(f"- `{label}` (tree {meta['commit'][:12]}) kills {n} of them.")
-    lines += [""] if out.get("also") else []
+        lines.append(f"- `{label}` kills {n} of them (tree {meta['commit'][:12]}, run by "
+                     f"`{meta['command']}`" + (f" in {meta['wall_s']:.0f} s)." if "wall_s" in meta
+                                                else ")."))
+    if survivors:
+        judged = [JUDGEMENTS.get(m["id"], ("not judged", ""))[0] for m in survivors]
+        others = [m for m, v in zip(survivors, judged) if v != "equivalent"]
+        caught = [m for m in others if any(
+            v.get("killed") for v in (results[m["id"]].get("also") or {}).values())]
+        lines.append(f"- {judged.count('equivalent')} judged equivalent, {len(others)} not; "
+                     + (f"{len(caught)} of those {len(others)} are killed by at least one "
+                        f"other check." if out.get("also") else "no other check was run."))
+    lines += [""]
     for m in survivors:
         verdict, why = JUDGEMENTS.get(m["id"], ("not judged", ""))
         lines += [f"### `{m['id']}`", "", f"- {m['description']}",
@@ -1014,7 +1030,8 @@ def _run_also(args, cached: dict, mutants: list[dict], checks, commit: str, work
         print(f"baseline {label}: passes", flush=True)
     also = cached.setdefault("also", {})
     for label, spec, pytest_args in checks:
-        also[label] = {"commit": commit, "command": " ".join(sys.argv[1:]) or "",
+        also[label] = {"commit": commit, "command": "python bench/mutation_score.py "
+                       + shlex.join(sys.argv[1:]),
                        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
 
     def run(slot: Slot, m: dict) -> dict:
@@ -1034,6 +1051,9 @@ def _run_also(args, cached: dict, mutants: list[dict], checks, commit: str, work
         print(f"[{n}/{len(todo)}] {m['id']:58s} " + "; ".join(
             f"{label}: {'KILLED' if v['killed'] else 'survived'} {v['why'][:80]}"
             for label, v in r.items()), flush=True)
+    for label, *_ in checks:
+        also[label]["wall_s"] = round(time.monotonic() - started, 1)
+        also[label]["mutants_run"] = len(todo)
     cached["summary"] = summarize(cached["mutants"], results, cached["exercised"])
     json_path.write_text(json.dumps(cached, indent=1) + "\n")
     md_path.write_text(write_report(cached, cached["mutants"], results))
@@ -1043,8 +1063,99 @@ def _run_also(args, cached: dict, mutants: list[dict], checks, commit: str, work
 
 # -- survivors, judged by reading the source (id -> (verdict, why)) -----------------------------
 
-JUDGEMENTS: dict[str, tuple[str, str]] = {}
+_PARAM = ("`out` is a function parameter: an array parameter is adjusted to a pointer "
+          "(`thread float*`), so its bound is not part of the program; dequant_word writes "
+          "out[0..7] either way")
+_LONGER = ("one element more of a thread-private array of which only [0..7] is ever written or "
+           "read")
+_ROW = ("one more row of threadgroup memory that nothing touches; the row length (8), which "
+        "the matrix load/store stride and the [i][j] indexing depend on, is unchanged")
+_BROADCAST = ("simd_sum returns the SIMD group's total to every lane, so lane 1 (or lanes "
+              "1-31, each with that same value) stores exactly what lane 0 stored")
+_UB = ("undefined behaviour the executor cannot see: it guards device and threadgroup buffers "
+       "(threadgroup memory as one section), not thread-private arrays, and on the CPU the "
+       "optimiser makes the stray access harmless. Killed by tests/test_metal_mutants.py::"
+       "test_metal_source_is_clean_under_sanitizers (clang's array-bounds and shift-exponent "
+       "checks as traps)")
+_CONTIGUOUS = ("only the LAYOUT_CONTIGUOUS branch changes: verify_m16 (M = 16) runs it, "
+               "narrow_output (interleaved) never does, and m8-parity has no M = 16 path. "
+               "Killed by numeric-bounds (m16 rows), tests/test_metal_launches.py (verify_m16 "
+               "rows) and the sanitizer test's verify_m16 tilings")
+_WRITEBACK = ("equivalent for narrow_output (at most 16 outputs: group 0's first pass writes "
+              "them all, or another group writes the same values) but not for verify_m16, whose "
+              "64 outputs need both groups at k_groups 2 (and the second pass at k_groups 1): "
+              "outputs are left unwritten. Killed by numeric-bounds (m16 rows), "
+              "tests/test_metal_launches.py (verify_m16 rows) and the sanitizer test's "
+              "verify_m16 tilings")
+_STRIDE_K1 = ("equivalent for narrow_output and for verify_m16 at k_groups 2 (every output is "
+              "written in the first pass), not at k_groups 1 (64 outputs over 32 lanes): the "
+              "second pass misses output 32 (stride 33) or never runs (-=, the index wraps). "
+              "numeric-bounds runs verify_m16 only at k_groups 2 (production shapes); the "
+              "k_groups 1 tiling (the e2e model's tiny_* shapes) is killed by "
+              "tests/test_metal_launches.py (verify_m16 rows) and the sanitizer test")
 
+JUDGEMENTS: dict[str, tuple[str, str]] = {
+    "_metal_common.DEQUANT_HEADER:constant:L13C43:fc5a9c": ("equivalent", _PARAM),
+    "_metal_common.DEQUANT_HEADER:constant:L13C43:6f8e0d": ("equivalent", _PARAM),
+    "_metal_common.DEQUANT_HEADER:operator:L17C22:86efb6": (
+        "not equivalent", "dequant_word writes out[8], one past the caller's `float wv[8]`, and "
+        "shifts the 32-bit word by 32: " + _UB),
+    "_metal_common.DEQUANT_HEADER:constant:L17C24:0e4eeb": (
+        "not equivalent", "dequant_word writes out[8], one past the caller's `float wv[8]`, and "
+        "shifts the 32-bit word by 32: " + _UB),
+    "_metal_common.SPLIT_K_BODY:operator:L7C22:56be8b": ("not equivalent", _CONTIGUOUS),
+    "_metal_common.SPLIT_K_BODY:constant:L7C24:26695e": ("not equivalent", _CONTIGUOUS),
+    "_metal_common.SPLIT_K_BODY:constant:L7C24:135e99": ("not equivalent", _CONTIGUOUS),
+    "_metal_common.SPLIT_K_BODY:operator:L9C46:9879ef": ("not equivalent", _CONTIGUOUS),
+    "_metal_common.SPLIT_K_BODY:operator:L9C51:20b183": ("not equivalent", _CONTIGUOUS),
+    "_metal_common.SPLIT_K_BODY:operator:L9C58:9fdac6": ("not equivalent", _CONTIGUOUS),
+    "_metal_common.SPLIT_K_BODY:operator:L10C50:b330e5": ("not equivalent", _CONTIGUOUS),
+    "_metal_common.SPLIT_K_BODY:constant:L11C43:e327c7": ("not equivalent", _CONTIGUOUS),
+    "_metal_common.SPLIT_K_BODY:constant:L11C43:70e192": ("not equivalent", _CONTIGUOUS),
+    "_metal_common.SPLIT_K_BODY:constant:L17C16:945db3": ("equivalent", _LONGER),
+    "_metal_common.SPLIT_K_BODY:operator:L26C16:9fda35": ("equivalent", _BROADCAST),
+    "_metal_common.SPLIT_K_BODY:constant:L26C19:183974": ("equivalent", _BROADCAST),
+    "_metal_common.SPLIT_K_BODY:operator:L29C19:90fa79": ("not equivalent", _WRITEBACK),
+    "_metal_common.SPLIT_K_BODY:constant:L29C21:d5c2a2": ("not equivalent", _WRITEBACK),
+    "_metal_common.SPLIT_K_BODY:operator:L29C24:e3da04": ("not equivalent", _WRITEBACK),
+    "_metal_common.SPLIT_K_BODY:constant:L29C21:cd6d80": ("not equivalent", _WRITEBACK),
+    "_metal_common.SPLIT_K_BODY:constant:L29C58:bfd68b": ("not equivalent", _STRIDE_K1),
+    "_metal_common.SPLIT_K_BODY:operator:L29C55:1726d6": ("not equivalent", _STRIDE_K1),
+    "_metal_common.SPLIT_K_BODY:operator:L29C61:2b0f85": (
+        "equivalent", ("the write-back stride only shrinks (32 / K_GROUPS >= 1: K_GROUPS <= 32 "
+        "under the 1024-thread limit) while the start indices g * 32 + lane still cover "
+        "[0, 32 * K_GROUPS), so every output is written, some several times, always with the "
+        "same in-order sum")),
+    "fp16_matrix.METAL_SOURCE:constant:L2C23:8381a6": (
+        "not equivalent", "a zero-length threadgroup array: every wt[j][lane] store lands past "
+        "it, in memory that `out` uses only after the loop; " + _UB + " (with "
+        "-fstrict-flex-arrays=3, so a zero-length array is bounds-checked too)"),
+    "fp16_matrix.METAL_SOURCE:constant:L2C23:a0121c": ("equivalent", _ROW),
+    "fp16_matrix.METAL_SOURCE:constant:L8C16:92b699": ("equivalent", _LONGER),
+    "fp16_matrix.METAL_SOURCE:operator:L10C26:cfb4be": (
+        "not equivalent", "reads wv[8], past the thread-private array, and stores wt[8][lane], "
+        "past the end of wt, into memory `out` uses only after the loop: " + _UB),
+    "fp16_matrix.METAL_SOURCE:constant:L10C28:f32baa": (
+        "not equivalent", "reads wv[8], past the thread-private array, and stores wt[8][lane], "
+        "past the end of wt, into memory `out` uses only after the loop: " + _UB),
+    "fp16_matrix.METAL_SOURCE:barrier:L18C1:a8a6cf": (
+        "equivalent", ("the loop's second barrier orders this iteration's reads of wt "
+        "(simdgroup_load) before the next iteration's stores; the "
+        "simdgroup_multiply_accumulate between them is a SIMD-group collective that consumes "
+        "every lane's loaded fragment, so no lane reaches the next stores before every lane has "
+        "loaded, and fp16_matrix's threadgroup is one SIMD group (32 threads, k_groups fixed at "
+        "1): the barrier is redundant there (it would not be with two SIMD groups)")),
+    "fp16_matrix.METAL_SOURCE:constant:L20C25:bcfe72": ("equivalent", _ROW),
+    "scalar_kmajor.METAL_SOURCE:constant:L10C22:72d88f": (
+        "equivalent", ("one column more of the thread-private xv, of which only [m][0..7] is "
+        "written and read through the same array type")),
+    "scalar_kmajor.METAL_SOURCE:constant:L14C16:a4d8cf": ("equivalent", _LONGER),
+    "scalar_kmajor.METAL_SOURCE:operator:L17C28:612308": (
+        "not equivalent", "reads xv[M_ROWS][j] and accumulates into acc[M_ROWS][t], one row "
+        "past two thread-private arrays: " + _UB),
+    "scalar_kmajor.METAL_SOURCE:operator:L23C16:a6c4ea": ("equivalent", _BROADCAST),
+    "scalar_kmajor.METAL_SOURCE:constant:L23C19:725708": ("equivalent", _BROADCAST),
+}
 
 if __name__ == "__main__":
     sys.exit(main())
