@@ -29,12 +29,14 @@ RUNTIME = HERE / "runtime" / "runtime.cpp"
 
 # C++17 as MSL is; no fast math and no FP contraction (only an explicit fma fuses, as the
 # portable forms assume); unknown attributes are checked by lower.unknown_attributes instead.
-# Indexing a fixed-size array (thread or threadgroup memory) past its end traps, and the
-# executor reports the trap: the guarded buffers cover device memory, this covers the rest.
+# Indexing a fixed-size array (thread or threadgroup memory, zero-length ones included) past its
+# end traps, as does a shift by the type's width or more; the executor reports the trap: the
+# guarded buffers cover device memory, this covers the rest.
 KERNEL_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-fno-exceptions", "-fno-rtti",
                 "-ffp-contract=off", "-fno-fast-math", "-nostdinc", "-Wno-unknown-attributes",
                 "-Wno-ignored-attributes", "-ferror-limit=8", "-fno-color-diagnostics",
-                "-fsanitize=array-bounds", "-fsanitize-trap=array-bounds"]
+                "-fsanitize=array-bounds,shift-exponent",
+                "-fsanitize-trap=array-bounds,shift-exponent", "-fstrict-flex-arrays=3"]
 
 
 class CompileError(RuntimeError):
