@@ -12,6 +12,7 @@ import functools
 import hashlib
 import importlib.util
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -36,7 +37,8 @@ KERNEL_FLAGS = ["-std=c++17", "-O2", "-fPIC", "-fno-exceptions", "-fno-rtti",
                 "-ffp-contract=off", "-fno-fast-math", "-nostdinc", "-Wno-unknown-attributes",
                 "-Wno-ignored-attributes", "-ferror-limit=8", "-fno-color-diagnostics",
                 "-fsanitize=array-bounds,shift-exponent",
-                "-fsanitize-trap=array-bounds,shift-exponent", "-fstrict-flex-arrays=3"]
+                "-fsanitize-trap=array-bounds,shift-exponent", "-fstrict-flex-arrays=3",
+                "-march=native"]  # the build cache is keyed by this host's CPU (_cpu_id)
 
 
 class CompileError(RuntimeError):
@@ -98,9 +100,19 @@ def build_dir() -> Path:
     return d
 
 
+@functools.cache
+def _cpu_id() -> str:
+    """What -march=native targets: a build is reused only on a CPU with the same features."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next((line for line in f if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        return platform.processor() or platform.machine()
+
+
 def _key(*parts: str) -> str:
     h = hashlib.sha256()
-    for p in (compiler_id(), _shim_digest(), *parts):
+    for p in (compiler_id(), _cpu_id(), _shim_digest(), *parts):
         h.update(p.encode() + b"\0")
     return h.hexdigest()[:24]
 
