@@ -74,20 +74,38 @@ def _build(name: str, source: str, header: str):
     )
 
 
-def launch(variant: ModuleType, x: mx.array, qw: QWeights, params: dict) -> mx.array:
+def mlx_template(spec: LaunchSpec) -> list:
+    """The template list ``mx.fast.metal_kernel`` takes: T as an MLX dtype."""
+    return [(name, getattr(mx, v) if name == "T" else v) for name, v in spec.template]
+
+
+@dataclass(frozen=True)
+class Call:
+    """Everything one launch hands MLX: the kernel and its keyword arguments. A Mac calls it;
+    the emulator (kernels/metal_emu/variant.py) traces and runs the very same call."""
+
+    kernel: object
+    kwargs: dict
+
+
+def prepare(variant: ModuleType, x: mx.array, qw: QWeights, params: dict) -> Call:
     """Scales and biases go in as stored: the header's ``dequant_word`` reads any pointer type,
     as the portable forms do, so bf16 scales under fp16 activations are not rounded to fp16."""
     m, k = x.shape
     spec = launch_spec(variant, m, k, qw.n, qw.group_size, _dtype_name(x.dtype), params)
     act = getattr(mx, spec.activation)
     arrays = {"x": x.astype(act), "w": qw.wq, "scales": qw.scales, "biases": qw.biases}
-    kernel = _build(variant.NAME, variant.METAL_SOURCE, variant.HEADER)
-    (y,) = kernel(
-        inputs=[arrays[name] for name in spec.inputs],
-        template=[(name, getattr(mx, v) if name == "T" else v) for name, v in spec.template],
-        grid=spec.grid,
-        threadgroup=spec.threadgroup,
-        output_shapes=[spec.output_shape],
-        output_dtypes=[act],
-    )
+    return Call(_build(variant.NAME, variant.METAL_SOURCE, variant.HEADER), {
+        "inputs": [arrays[name] for name in spec.inputs],
+        "template": mlx_template(spec),
+        "grid": spec.grid,
+        "threadgroup": spec.threadgroup,
+        "output_shapes": [spec.output_shape],
+        "output_dtypes": [act],
+    })
+
+
+def launch(variant: ModuleType, x: mx.array, qw: QWeights, params: dict) -> mx.array:
+    call = prepare(variant, x, qw, params)
+    (y,) = call.kernel(**call.kwargs)
     return y

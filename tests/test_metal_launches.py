@@ -41,7 +41,7 @@ def test_launch_compiles_and_executes(row):
               mx.zeros((row.N, row.K // row.group_size), mx.bfloat16)]
     kernel = metal._build(v.NAME, v.METAL_SOURCE, v.HEADER)
     gen = source.generated_source(
-        kernel, inputs, template=[(n, getattr(mx, t) if n == "T" else t) for n, t in spec.template],
+        kernel, inputs, template=metal.mlx_template(spec),
         grid=spec.grid, threadgroup=spec.threadgroup, output_shapes=[spec.output_shape],
         output_dtypes=[act])
     toolchain.check_source(source.full_source(gen), f"{row.variant}-production")

@@ -15,17 +15,7 @@ from kernels.qweights import QWeights
 
 
 def launch(variant, x: mx.array, qw: QWeights, params: dict) -> mx.array:
-    from kernels.dispatch import dtype_name  # dispatch imports this module
-
-    m, k = x.shape
-    spec = metal.launch_spec(variant, m, k, qw.n, qw.group_size, dtype_name(x.dtype), params)
-    act = getattr(mx, spec.activation)
-    arrays = {"x": x.astype(act), "w": qw.wq, "scales": qw.scales, "biases": qw.biases}
-    kernel = metal._build(variant.NAME, variant.METAL_SOURCE, variant.HEADER)
-    (y,) = run.run(kernel, f"dflash2_{variant.NAME}", list(spec.inputs),
-                   list(metal.OUTPUT_NAMES), [arrays[name] for name in spec.inputs],
-                   template=[(name, getattr(mx, v) if name == "T" else v)
-                             for name, v in spec.template],
-                   grid=spec.grid, threadgroup=spec.threadgroup,
-                   output_shapes=[spec.output_shape], output_dtypes=[act])
+    call = metal.prepare(variant, x, qw, params)
+    (y,) = run.run(call.kernel, f"dflash2_{variant.NAME}", list(metal.INPUT_NAMES),
+                   list(metal.OUTPUT_NAMES), **call.kwargs)
     return y
