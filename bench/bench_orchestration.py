@@ -23,7 +23,7 @@ Modes, each timed as wall clock from process start to process end (median of --r
 Derived figures (see the report): ratio of farm wall to the slowest single device; fixed cost
 (farm wall minus the slowest single device); per-test overhead (the farm's pytest sessions
 against plain pytest sessions under the same concurrency, per test); and, from one instrumented
-`farm run` per farm mode (farm.cli.main in a subprocess with its phases wrapped in timers), where
+`farm run` per farm mode (farm.cli.app.main in a subprocess with its phases wrapped in timers), where
 the time goes.
 
 Never run as a unit test: ``python bench/bench_orchestration.py [--suite m8-parity] [--reps 3]``.
@@ -76,7 +76,7 @@ OUT_DIR = REPO / "bench" / "results"
 PY = sys.executable
 ARCHES = ("applegpu_g13s", "applegpu_g14g", "applegpu_g15s")
 SELECTORS = "g13s,g14g,g15s"
-FARM = [PY, "-c", "from farm.cli import main; main()"]
+FARM = [PY, "-c", "from farm.cli.app import main; main()"]
 CLUSTER_BASE_PORT = 16000  # head 16000.., agents +300 each; below the ephemeral range, clear
 #                            of tests/ray_cluster.py's blocks (20000 + 2000 per xdist worker)
 TARGET_RATIO, TARGET_FIXED_S, TARGET_PER_TEST_MS = 1.2, 6.0, 2.0
@@ -201,7 +201,7 @@ def mode_farm(suite_name: str, env: dict[str, str], address: str | None,
     tmp = Path(tempfile.mkdtemp(prefix="bench-farm-"))
     try:
         cmd = farm_cmd(suite_name, tmp / "h.db", address)
-        if probe is not None:  # the same farm.cli.main, with its phases timed
+        if probe is not None:  # the same farm.cli.app.main, with its phases timed
             cmd = [PY, str(Path(__file__).resolve()), "--_probe", str(probe), "--", *cmd[3:]]
             env = {**env, "BENCH_T0": repr(time.time())}
         wall, out = timed(cmd, env)
@@ -230,9 +230,9 @@ def _probe_main(out_path: str, argv: list[str]) -> None:
 
     atexit.register(dump)
     import db
-    import farm.cli
-    from farm import cluster, embedded, health, shipping
-    from farm import run as frun
+    import farm.cli.app
+    from farm.fleet import cluster, embedded, health, shipping
+    from farm.runner import driver as frun
     mark("imports")
 
     def wrap(mod, name: str) -> None:
@@ -304,7 +304,7 @@ def _probe_main(out_path: str, argv: list[str]) -> None:
                                     timed_method(orig_reg, "regressions"),
                                     timed_method(orig_run, "driver_run"))
     sys.argv = ["farm", *argv]
-    farm.cli.main()
+    farm.cli.app.main()
 
 
 def profile_phases(probe: dict, wall: float) -> dict:
@@ -344,7 +344,7 @@ def profile_phases(probe: dict, wall: float) -> dict:
     staged_in = m["staged_tree:entered"] - m["staged_tree:enter"]
     teardown_end = m.get("staged_tree:exited", m["atexit"])
     phases = {
-        "interpreter + farm.cli imports": m["imports"] - t0,
+        "interpreter + farm.cli.app imports": m["imports"] - t0,
         "open history (SQLite, migrations)": m["open_history:end"] - m["open_history:start"],
         "revision (hash of shipped files, git)": m["revision:end"] - m["revision:start"],
         "stage tree copy": staged_in,
@@ -430,9 +430,9 @@ def fmt_walls(xs: list[float]) -> str:
 
 
 def mode_device_job(suite, arch: str, extra_env: dict[str, str]) -> dict:
-    """farm.device_job.run_job in this process (no Ray): the farm's device side alone, with the
+    """farm.runner.device_job.run_job in this process (no Ray): the farm's device side alone, with the
     plain pytest run of the same device just before it (a pair, so load drift hits both)."""
-    from farm import device_job
+    from farm.runner import device_job
 
     plain = mode_plain(suite, arch)
     spec = {"suite": suite.name, "pytest_args": suite.pytest_args(),
@@ -639,7 +639,7 @@ def markdown(res: dict, walls: dict[str, list[float]]) -> str:
          f"drift spreads over all of them; the loopback cluster stays up (idle) through every "
          f"round. 1-min load before each run: " + "; ".join(
              f"{k} {v}" for k, v in res["load1_before_each_rep"].items()) + ". Farm walls are "
-         "of `farm.cli.main` with phase timers (`--_probe`); one literal `farm run` per farm "
+         "of `farm.cli.app.main` with phase timers (`--_probe`); one literal `farm run` per farm "
          "mode at the end: " + ", ".join(f"{k} {v:.2f} s" for k, v in
                                           res["literal_cli_walls"].items()) + ".\n"]
     if res["farm_env_workaround"]:
@@ -653,7 +653,7 @@ def markdown(res: dict, walls: dict[str, list[float]]) -> str:
         "sequential": "the same for g13s, g14g, g15s one after another",
         "concurrent": "three such pytest processes started together",
         "xdist": "`pytest -n 3 --dist each`, worker gwN emulating device N (this file as `-p` plugin)",
-        "device-job": "`farm.device_job.run_job` in-process (no Ray), g13s, paired with a plain run",
+        "device-job": "`farm.runner.device_job.run_job` in-process (no Ray), g13s, paired with a plain run",
         "farm-embedded": f"`farm run --devices {SELECTORS}`, embedded fleet (Ray start+stop inside)",
         "farm-cluster": f"`farm run --devices {SELECTORS} --address` to a running loopback cluster",
     }
@@ -706,7 +706,7 @@ def markdown(res: dict, walls: dict[str, list[float]]) -> str:
              "before it, pytest session time each, per test: the farm's in-session cost with "
              "nothing else running beside it.\n")
     L.append("## Where the time goes (median per phase over the instrumented farm runs)\n")
-    L.append("`farm.cli.main` run in a subprocess with its phases wrapped in timers "
+    L.append("`farm.cli.app.main` run in a subprocess with its phases wrapped in timers "
              "(`--_probe`); the device-side phases come from the job's own events. Critical "
              "path: the device job that ended last.\n")
     names = list(next(iter(res["profile"].values()))["phases"]) if res["profile"] else []

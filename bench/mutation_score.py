@@ -18,7 +18,7 @@ portable form; this bench measures how much of each source the suite actually pi
    variant it affects is launched once on the emulator at a small shape, stopping after the
    build. A mutant that does not compile is counted apart and left out of the denominator (a
    Mac would refuse it). The rest run the suite on emulated g13s, then g14s, through
-   ``farm.device_job.run_job`` itself (the farm's command line, plugins, environment and
+   ``farm.runner.device_job.run_job`` itself (the farm's command line, plugins, environment and
    timeouts, PYTHONPATH = the copy; the runner prints ``kernels.__file__`` to prove it), and
    stop at the first failing test: a mutant is killed when either device has one, or when the
    job ends in error or timeout. Two mutants run at once; results are cached in the JSON by
@@ -461,7 +461,7 @@ def _runner_suite(job: dict) -> int:
     """The suite on one emulated device through the farm's own device job; stops at the first
     test that fails. Prints the job's events, one JSON object per line."""
     import kernels
-    from farm import device_job
+    from farm.runner import device_job
 
     print(json.dumps({"type": "mutation_runner", "kernels": kernels.__file__,
                       "device_job": device_job.__file__}), flush=True)
@@ -706,7 +706,7 @@ def write_report(out: dict, mutants: list[dict], results: dict[str, dict]) -> st
     lines = ["# Mutation score of the Metal sources under m8-parity", "",
              (f"{out['date']}; tree {out['commit'][:12]} (`git archive HEAD`); "
              f"{out['host']['cpus']} CPUs, {out['jobs']} mutants at a time. Suite `{SUITE}` on "
-             f"emulated {' and '.join(DEVICES)} through `farm.device_job.run_job` (stopping "
+             f"emulated {' and '.join(DEVICES)} through `farm.runner.device_job.run_job` (stopping "
              f"at the first failing test); a mutant is killed when either device fails a test "
              f"or ends its job in error or timeout. Mutants that do not compile are counted "
              f"apart and are not in the denominator."), "",

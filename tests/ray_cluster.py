@@ -28,8 +28,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 ARCHES = ("applegpu_g13s", "applegpu_g14g", "applegpu_g15s")
-FARM = [sys.executable, "-c", "from farm.cli import main; main()"]
-NODE_SPAN = 300  # ports a node uses above its base (see farm/head.py)
+FARM = [sys.executable, "-c", "from farm.cli.app import main; main()"]
+NODE_SPAN = 300  # ports a node uses above its base (see farm/fleet/head.py)
 
 
 def _port_block() -> int:
@@ -80,8 +80,8 @@ class FarmCluster:
     def add_raw_node(self, name: str, labels: dict[str, str]) -> None:
         """A device node started with plain `ray start` and labels the host cannot honour
         (a broken or misconfigured machine): what the health check is there to catch."""
-        from farm.fleet import RESOURCE
-        from farm.head import node_ports, ray_executable
+        from farm.fleet.devices import RESOURCE
+        from farm.fleet.head import node_ports, ray_executable
 
         slot, self.next_slot = self.next_slot, self.next_slot + 1
         cmd = [ray_executable(), "start", f"--address={self.address}",

@@ -180,7 +180,7 @@ def test_a_node_dying_with_no_same_arch_device_left_is_lost_keeping_its_results(
 
 def test_a_device_failing_its_health_check_is_quarantined(farm_cluster: FarmCluster,
                                                          tmp_path):
-    from farm.fleet import LABEL_ARCH, LABEL_EMULATED, LABEL_GENERATION, LABEL_SIZE
+    from farm.fleet.devices import LABEL_ARCH, LABEL_EMULATED, LABEL_GENERATION, LABEL_SIZE
 
     name = "liar-g17g"
     farm_cluster.add_raw_node(name, {LABEL_ARCH: "applegpu_g17g", LABEL_GENERATION: "17",

@@ -18,7 +18,7 @@ def test_farm_run_without_a_cluster_starts_and_tears_down_an_embedded_fleet(tmp_
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
     db, junit = tmp_path / "h.db", tmp_path / "junit.xml"
     t0 = time.monotonic()
-    out = subprocess.run([sys.executable, "-c", "from farm.cli import main; main()", "run",
+    out = subprocess.run([sys.executable, "-c", "from farm.cli.app import main; main()", "run",
                           "--suite", "tests/farm_fixtures/suite_basic.py", "--devices",
                           "g13s,g14", "--db", str(db), "--json", "--junit", str(junit)],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240,

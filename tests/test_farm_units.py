@@ -11,10 +11,17 @@ from pathlib import Path
 import pytest
 
 from dflash2.device import current_device, emulated_identity, parse_selectors
-from farm import embedded, placement, shipping
-from farm.device_job import run_job
 from farm.errors import FarmError
-from farm.fleet import RESOURCE, Device, device_from_node, device_labels, matching, unmatched
+from farm.fleet import embedded, placement, shipping
+from farm.fleet.devices import (
+    RESOURCE,
+    Device,
+    device_from_node,
+    device_labels,
+    matching,
+    unmatched,
+)
+from farm.runner.device_job import run_job
 
 REPO = Path(__file__).resolve().parent.parent
 FIX = "tests/farm_fixtures"
@@ -116,7 +123,7 @@ def test_device_job_timeout_ends_the_job_with_the_running_test_timed_out():
 
 
 def test_run_refuses_a_nonpositive_test_timeout_before_touching_any_cluster():
-    out = subprocess.run([sys.executable, "-c", "from farm.cli import main; main()", "run",
+    out = subprocess.run([sys.executable, "-c", "from farm.cli.app import main; main()", "run",
                           "--suite", f"{FIX}/suite_basic.py", "--test-timeout", "0"],
                          cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 2

@@ -29,7 +29,7 @@ from db_fixtures import (
 from typer.testing import CliRunner
 
 from db import open_history
-from farm import cli
+from farm.cli import app as cli
 from farm.errors import FarmError
 
 cli._register()
@@ -46,7 +46,7 @@ class Ran:
 
 
 def farm(*args: str, db: str | None = None) -> Ran:
-    """Invoke the app in process; a FarmError exits with its code, as `farm.cli.main` does."""
+    """Invoke the app in process; a FarmError exits with its code, as `farm.cli.app.main` does."""
     argv = [*args, *(["--db", db] if db else [])]
     res = CliRunner().invoke(cli.app, argv, catch_exceptions=True)
     if isinstance(res.exception, FarmError):
@@ -63,7 +63,7 @@ def run_script(*args: str, env: dict | None = None) -> subprocess.CompletedProce
 
 
 def run_main(capsys, *args: str) -> subprocess.CompletedProcess:
-    """`farm.cli.main` in this process (what the script calls), with its exit and streams."""
+    """`farm.cli.app.main` in this process (what the script calls), with its exit and streams."""
     argv = sys.argv
     sys.argv = ["farm", *args]
     try:
@@ -262,7 +262,7 @@ def test_ingest_command(tmp_path):
 
 @pytest.mark.parametrize("kind", backends())
 def test_bad_inputs_are_one_line_with_exit_codes(kind, tmp_path, capsys):
-    """Through `farm.cli.main`, as a user meets them: stderr is one line, no traceback."""
+    """Through `farm.cli.app.main`, as a user meets them: stderr is one line, no traceback."""
     db = fresh_db(kind, tmp_path)
     h = open_history(db)
     run = record(h, [(device(), "mac-1", [result()])])

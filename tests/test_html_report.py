@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from farm.svg_plot import Series, line_plot, nice_ticks
+from farm.report.svg_plot import Series, line_plot, nice_ticks
 
 ROOT = Path(__file__).resolve().parents[1]
 FARM = Path(sys.executable).with_name("farm")

@@ -28,9 +28,11 @@ from rich.console import Console
 from rich.live import Live
 
 from dflash2.device import parse_selectors
-from farm import fleet, health, placement, report, shipping
 from farm.errors import EXIT_FLAGGED, EXIT_INFRA, EXIT_OK, EXIT_USAGE, FarmError
-from farm.fleet import Device
+from farm.fleet import devices as fleet
+from farm.fleet import health, placement, shipping
+from farm.fleet.devices import Device
+from farm.report import summary as report
 
 WAIT_S = 0.25
 GET_S = 30.0
@@ -80,7 +82,7 @@ def _job_task():
     """The device job as a Ray streaming generator (made lazily: no Ray import at load)."""
     import ray
 
-    from farm import device_job
+    from farm.runner import device_job
 
     return ray.remote(num_returns="streaming", max_retries=0, num_cpus=0)(device_job.run_job)
 
@@ -372,7 +374,7 @@ class Driver:
 def run(opts: RunOptions, console: Console | None = None) -> RunOutcome:
     """`farm run` as a library call: returns the outcome (``exit_code`` says how it went)."""
     from db import open_history
-    from farm import cluster, embedded
+    from farm.fleet import cluster, embedded
     from suites.manifest import resolve_suite
 
     console = console or Console(stderr=True)

@@ -21,7 +21,7 @@ from db.export import export_run
 from db.ingest import ingest_jsonl, load_jsonl
 from db.queries import list_runs, resolve_run, run_jobs, run_query, show_run, test_history
 from db.regressions import analyse
-from farm.cli import app
+from farm.cli.app import app
 from farm.errors import EXIT_FLAGGED, EXIT_OK, EXIT_USAGE, FarmError
 
 DbOpt = Annotated[str | None, typer.Option(
@@ -244,7 +244,7 @@ def regressions_cmd(
         con.print(f"{n} regression(s)" + (f", {len(report.flags) - n} note(s)"
                                           if len(report.flags) > n else "")
                   + f" in run {report.run_id}")
-    # SystemExit, not typer.Exit: `farm.cli.main` runs click with standalone_mode=False, where an
+    # SystemExit, not typer.Exit: `farm.cli.app.main` runs click with standalone_mode=False, where an
     # Exit's code is returned (and dropped), while SystemExit reaches the shell as is.
     raise SystemExit(EXIT_FLAGGED if report.regressions else EXIT_OK)
 

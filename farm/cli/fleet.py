@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from farm.cli import app
+from farm.cli.app import app
 from farm.errors import EXIT_USAGE, FarmError
 
 
@@ -42,7 +42,7 @@ def head(
     = None,
 ) -> None:
     """Start the Ray head node of a farm (token auth on) and print how devices join it."""
-    from farm.head import HeadOptions, join_hint, start_head
+    from farm.fleet.head import HeadOptions, join_hint, start_head
 
     o = HeadOptions(port, node_ip, object_store_mb, dashboard, dashboard_port, num_cpus,
                     temp_dir, token, token_file)
@@ -68,7 +68,7 @@ def agent(
     block: bool = typer.Option(False, help="stay in the foreground until the node stops"),
 ) -> None:
     """Join this machine to a farm as one device node (labels + one dflash2_device unit)."""
-    from farm.agent import AgentOptions, start_agent
+    from farm.fleet.agent import AgentOptions, start_agent
 
     typer.echo(start_agent(AgentOptions(address, emulate, token, token_file, object_store_mb,
                                         num_cpus, port_base, node_ip, block)))
@@ -81,7 +81,8 @@ def devices(
     check: bool = typer.Option(True, help="run each device's health check now"),
 ) -> None:
     """Live devices: node, host, arch, chip, MLX version, emulated, busy/idle, health."""
-    from farm import cluster, fleet, health, shipping
+    from farm.fleet import cluster, health, shipping
+    from farm.fleet import devices as fleet
 
     address = address or os.environ.get("RAY_ADDRESS")
     if not address:
@@ -144,9 +145,9 @@ def run(
     = None,
 ) -> None:
     """Run a suite on every matching device of the fleet; stream, store and report results."""
-    from farm.report import print_summary, write_junit
-    from farm.run import RunOptions
-    from farm.run import run as run_farm
+    from farm.report.summary import print_summary, write_junit
+    from farm.runner.driver import RunOptions
+    from farm.runner.driver import run as run_farm
 
     opts = RunOptions(suite=suite, devices=devices, every=every, address=address, db=db,
                       retries=retries, test_timeout=test_timeout, job_timeout=job_timeout,
@@ -165,5 +166,5 @@ def run(
         print_summary(_console(), outcome.jobs, outcome.flags, outcome.run_id,
                       outcome.exit_code)
     # sys.exit, not typer.Exit: with standalone_mode=False click returns an Exit's code
-    # instead of exiting, and farm.cli.main does not pass it on.
+    # instead of exiting, and farm.cli.app.main does not pass it on.
     sys.exit(outcome.exit_code)

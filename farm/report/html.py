@@ -1,7 +1,7 @@
 """One run as a single self-contained HTML page: matrix, regression flags, trend plots.
 
 Self-contained because the page is mailed, attached to CI and opened from disk on machines with
-no network: inline CSS, inline SVG (``farm.svg_plot``), no script, no external URL. The data
+no network: inline CSS, inline SVG (``farm.report.svg_plot``), no script, no external URL. The data
 comes from the `db` library (``show_run``, ``analyse``) plus one query for the measurements the
 plots need over the runs up to RUN, so the page costs a few queries, not a load of every result.
 """
@@ -21,7 +21,7 @@ from db.events import CATEGORIES
 from db.history import History
 from db.queries import devices, resolve_run, show_run
 from db.regressions import HEADROOM_LEVELS, ULP_MEASURES, Report, analyse
-from farm.svg_plot import PALETTE, Guide, Series, line_plot
+from farm.report.svg_plot import PALETTE, Guide, Series, line_plot
 
 DEFAULT_RUNS = 20
 BENCH_MEASURE = "rows_per_s"

@@ -4,7 +4,7 @@ It runs in a subprocess with the device's environment (its emulated architecture
 tree first on the path) and checks two things: the device is what its node labels say (MLX
 reports the advertised architecture), and a 4-bit quantized matmul matches its dequantize +
 float32 matmul golden. A device failing either is quarantined for the run. The subprocess prints
-one JSON object; ``python -m farm.health`` runs it by hand.
+one JSON object; ``python -m farm.fleet.health`` runs it by hand.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from farm.device_job import job_env, shipped_root
+from farm.runner.device_job import job_env, shipped_root
 
 REMOTE_S = 90.0  # deadline for a fleet's checks, Ray scheduling included
 GOLDEN_TOL = 1e-3  # relative to the output's scale; float32 QMM here matches to ~1e-6
@@ -50,7 +50,7 @@ def check(device: dict, workdir: Path | None = None) -> dict:
     base = {"host": socket.gethostname(), "os": f"{platform.system()} {platform.release()}",
             "time": time.time()}
     try:
-        out = subprocess.run([sys.executable, "-m", "farm.health"], cwd=workdir,
+        out = subprocess.run([sys.executable, "-m", "farm.fleet.health"], cwd=workdir,
                              env=job_env(device, workdir), capture_output=True, text=True,
                              timeout=CHECK_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
@@ -83,7 +83,7 @@ def check_devices(devices: list, timeout: float = REMOTE_S) -> dict[str, dict]:
     """
     import ray
 
-    from farm.placement import pinned
+    from farm.fleet.placement import pinned
 
     task = ray.remote(max_retries=0, num_cpus=0)(check)
     refs = {d.node_id: task.options(**pinned(d)).remote({"arch": d.arch, "emulated": d.emulated})

@@ -16,10 +16,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from farm.cluster import free_ports, probe
 from farm.errors import EXIT_INFRA, FarmError
-from farm.fleet import RESOURCE, device_labels
-from farm.head import auth_env, node_ports, ray_executable
+from farm.fleet.cluster import free_ports, probe
+from farm.fleet.devices import RESOURCE, device_labels
+from farm.fleet.head import auth_env, node_ports, ray_executable
 
 
 @dataclass

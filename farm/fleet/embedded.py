@@ -16,9 +16,9 @@ import sys
 from collections.abc import Iterator
 
 from dflash2.device import DeviceIdentity, Selector, current_device, emulated_identity
-from farm.cluster import free_ports, use_token_auth
 from farm.errors import EXIT_USAGE, FarmError
-from farm.fleet import RESOURCE, device_labels
+from farm.fleet.cluster import free_ports, use_token_auth
+from farm.fleet.devices import RESOURCE, device_labels
 
 OBJECT_STORE_BYTES = 100 * 1024 * 1024  # per node; results are small JSON batches
 

@@ -8,7 +8,7 @@ has one ``dflash2_device`` unit, so a device runs one job at a time and a second
 
 from __future__ import annotations
 
-from farm.fleet import LABEL_ARCH, Device
+from farm.fleet.devices import LABEL_ARCH, Device
 
 
 def _preference(d: Device) -> tuple[bool, str, str]:

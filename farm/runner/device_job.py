@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from farm.pytest_progress import ENV_PARENT, ENV_STARTED
+from farm.runner.pytest_progress import ENV_PARENT, ENV_STARTED
 
 POLL_S = 0.1
 HANG_GRACE_S = 10.0  # after --timeout, how long a test may ignore SIGALRM before it is killed
@@ -184,7 +184,7 @@ def run_job(spec: dict) -> Iterator[list[dict]]:
             results, started = tmp / f"results-{restarts}.jsonl", tmp / f"started-{restarts}"
             log = tmp / f"pytest-{restarts}.log"
             cmd = [sys.executable, "-m", "pytest", *spec["pytest_args"],
-                   "-p", "suites.plugin", "-p", "pytest_timeout", "-p", "farm.pytest_progress",
+                   "-p", "suites.plugin", "-p", "pytest_timeout", "-p", "farm.runner.pytest_progress",
                    "-p", "no:cacheprovider", "-q", "--results-jsonl", str(results),
                    # The tree's own addopts are for its test runs (e.g. xdist's --dist), and
                    # name plugins a device job does not load: the farm sets every option.

@@ -1,4 +1,4 @@
-"""`farm report`: one run as a self-contained HTML page (``farm.html_report`` renders it).
+"""`farm report`: one run as a self-contained HTML page (``farm.report.html`` renders it).
 
 Thin like the other command modules: resolve the run, render, write; a bad run or an unwritable
 path is one line and exit 2, never a traceback or a half-written page left behind silently.
@@ -10,10 +10,10 @@ from typing import Annotated
 import typer
 
 from db import open_history
-from farm.cli import app
-from farm.cli_history import DbOpt
+from farm.cli.app import app
+from farm.cli.history import DbOpt
 from farm.errors import EXIT_USAGE, FarmError
-from farm.html_report import DEFAULT_RUNS, render_report
+from farm.report.html import DEFAULT_RUNS, render_report
 
 
 @app.command("report")

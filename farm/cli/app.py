@@ -22,7 +22,7 @@ app = typer.Typer(
 
 def _register() -> None:
     # Imported for their side effect of adding commands to ``app``.
-    from farm import cli_fleet, cli_history, cli_report  # noqa: F401
+    from farm.cli import fleet, history, report  # noqa: F401
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""pytest plugin the farm loads into every device job (``-p farm.pytest_progress``).
+"""pytest plugin the farm loads into every device job (``-p farm.runner.pytest_progress``).
 
 The results stream says what finished; to name the test an interpreter died in, the device job
 must also know what *started*. This plugin appends each test's node id to ``FARM_STARTED_FILE``

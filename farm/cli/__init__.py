@@ -1,0 +1,1 @@
+"""The `farm` command line: thin typer commands over the `db` and `farm` libraries."""

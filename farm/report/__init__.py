@@ -1,0 +1,1 @@
+"""What a run tells a person: the terminal summary, JUnit XML, the HTML report."""
