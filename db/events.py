@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernels.recorder import IMPLEMENTATIONS
+from kernels.recorder import IMPLEMENTATIONS, ROLE_UNDER_TEST, ROLES
 
 CATEGORIES = (
     "expected_pass",
@@ -67,6 +67,13 @@ def impl_of(selection: dict) -> str | None:
     """The selection's implementation when it is a known name; ``None`` (unknown) otherwise."""
     v = selection.get("impl")
     return v if isinstance(v, str) and v in IMPLEMENTATIONS else None
+
+
+def role_of(selection: dict) -> str:
+    """The selection's role; absent or unknown (an older writer) reads as the path under test,
+    which is how every selection was compared before roles existed."""
+    v = selection.get("role")
+    return v if isinstance(v, str) and v in ROLES else ROLE_UNDER_TEST
 
 
 def unknown_impl(ev: dict) -> str | None:
@@ -156,6 +163,7 @@ def result_rows(job_id: int, ev: dict) -> ResultRows | None:
             "reason": _str(exp.get("reason")),
             "duration": _float(ev.get("duration")),
             "message": _str(ev.get("message"), ""),
+            "output": _str(ev.get("output")),
             "time": _float(ev.get("time")),
         }
     )
@@ -172,7 +180,7 @@ def result_rows(job_id: int, ev: dict) -> ResultRows | None:
             rows.selections.append(
                 {"op": op, "dtype": _str(s.get("dtype"), ""), "M": shape[0], "K": shape[1],
                  "N": shape[2], "variant": variant, "reason": _str(s.get("reason")),
-                 "impl": impl_of(s)}
+                 "impl": impl_of(s), "role": role_of(s)}
             )
     for f in _dicts(ev.get("fingerprints")):
         key, digest = _str(f.get("key")), _str(f.get("digest"))

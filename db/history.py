@@ -6,6 +6,7 @@ batch committed as it arrives, so a crash of the writer loses nothing already re
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import time
@@ -67,8 +68,12 @@ class History:
     # -- runs -----------------------------------------------------------------------------------
 
     def start_run(
-        self, suite: str, selector: str, revision: dict | None, *, started: float | None = None
+        self, suite: str, selector: str, revision: dict | None, *, started: float | None = None,
+        context: dict | None = None, source_digest: str | None = None,
     ) -> str:
+        """A new run, ``running``. ``context``: what changes dispatch
+        (`dflash2.runtime_context.run_context`); ``source_digest``: an ingested file's digest,
+        unique (a second start with it raises IntegrityError; `db.ingest` looks first)."""
         now = time.time() if started is None else started
         rev = revision or {}
         run_id = new_run_id(now)
@@ -86,6 +91,8 @@ class History:
                     "finished": None,
                     "status": "running",
                     "heartbeat": now,
+                    "context": None if context is None else json.dumps(context, sort_keys=True),
+                    "source_digest": source_digest,
                 },
             )
         return run_id
@@ -189,14 +196,18 @@ class History:
     # -- baselines ------------------------------------------------------------------------------
 
     def set_baseline(self, run_id: str, variant_keys: Iterable[str]) -> list[str]:
+        """Make ``run_id`` the baseline of its own suite on each device variant: a baseline is
+        per (suite, variant), since runs of different suites share no test to compare."""
         keys = sorted(set(variant_keys))
         now = time.time()
         with self._tx() as c:
             self._require_run(c, run_id)
-            c.execute(m.baselines.delete().where(m.baselines.c.variant_key.in_(keys)))
+            suite = c.execute(select(m.runs.c.suite).where(m.runs.c.id == run_id)).scalar_one()
+            c.execute(m.baselines.delete().where(m.baselines.c.suite == suite,
+                                                 m.baselines.c.variant_key.in_(keys)))
             if keys:
-                c.execute(insert(m.baselines),
-                          [{"variant_key": k, "run_id": run_id, "set_at": now} for k in keys])
+                c.execute(insert(m.baselines), [{"suite": suite, "variant_key": k,
+                                                 "run_id": run_id, "set_at": now} for k in keys])
         return keys
 
     # -- housekeeping ---------------------------------------------------------------------------

@@ -7,15 +7,23 @@ anything is written, when it is not a results stream or when a kernel selection 
 implementation this farm does not know (a file from a newer farm: its selections could not be
 compared like with like); a selection with no implementation (an older file) is recorded with
 ``impl`` NULL.
+
+Ingest is idempotent: a run records the digest of the events it was made from, and the same
+results ingested again (the same file, or a copy) return that run instead of a second one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from db import models as m
 from db.errors import EXIT_USAGE, FarmError
 from db.events import unknown_impl
 from db.history import History
@@ -63,23 +71,50 @@ def check_events(p: Path, events: list[dict]) -> None:
                             f"newer farm? upgrade dflash2-farm to ingest it", EXIT_USAGE)
 
 
+def events_digest(events: list[dict]) -> str:
+    """sha256 of the events as canonical JSON: the same results, however the file was copied or
+    its keys ordered, have one digest."""
+    h = hashlib.sha256()
+    for ev in events:
+        h.update(json.dumps(ev, sort_keys=True, separators=(",", ":")).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def ingested_run(h: History, digest: str) -> str | None:
+    """The run already made from events with this digest, if any."""
+    with h.engine.connect() as c:
+        return c.execute(select(m.runs.c.id).where(m.runs.c.source_digest == digest)).scalar()
+
+
 def ingest_jsonl(h: History, path: str | os.PathLike, *, suite: str | None = None,
                  events: Iterable[dict] | None = None) -> str:
     """Record one results file as one run (``events``: its `load_jsonl`, when read already);
-    returns the run id."""
+    returns the run id: the existing run when these results were ingested before (see
+    `ingested_run` to tell the two apart)."""
     p = Path(path)
     if events is None:
         events = load_jsonl(p)
     else:
         events = list(events)
         check_events(p, events)  # before the run is started: a refused file writes nothing
+    digest = events_digest(events)
+    if (done := ingested_run(h, digest)) is not None:
+        return done
     starts = [e for e in events if e.get("type") == "session_start"]
     first = starts[0]
     device = first.get("device") if isinstance(first.get("device"), dict) else {}
     revision = first.get("revision") if isinstance(first.get("revision"), dict) else None
     started = first.get("time") if isinstance(first.get("time"), (int, float)) else None
-    run_id = h.start_run(suite or str(first.get("suite") or p.stem), str(device.get("arch", "")),
-                         revision, started=started)
+    context = first.get("context") if isinstance(first.get("context"), dict) else None
+    try:
+        run_id = h.start_run(suite or str(first.get("suite") or p.stem),
+                             str(device.get("arch", "")), revision, started=started,
+                             context=context, source_digest=digest)
+    except IntegrityError:  # a concurrent ingest of the same results won the race
+        if (done := ingested_run(h, digest)) is not None:
+            return done
+        raise
     writer = JobWriter(h, run_id)
     for ev in events:
         writer.feed(ev)

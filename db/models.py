@@ -68,6 +68,11 @@ class Run(Base):
     # running | passed | failed | incomplete | aborted
     status: Mapped[str] = mapped_column(String(16), index=True)
     heartbeat: Mapped[float] = mapped_column(Float)
+    # JSON: what changes dispatch, as the driver saw it ({"env": {DFLASH2_*: ...},
+    # "table_hash": ..., "mlx_version": ...}); NULL: recorded before runs carried it.
+    context: Mapped[str | None] = mapped_column(Text)
+    # An ingested file's digest (`db.ingest`): the same results ingested twice are one run.
+    source_digest: Mapped[str | None] = mapped_column(String(64), index=True, unique=True)
 
 
 class Job(Base):
@@ -102,7 +107,8 @@ class Result(Base):
     link: Mapped[str | None] = mapped_column(Text)
     reason: Mapped[str | None] = mapped_column(Text)
     duration: Mapped[float | None] = mapped_column(Float)
-    message: Mapped[str | None] = mapped_column(Text)
+    message: Mapped[str | None] = mapped_column(Text)  # one line
+    output: Mapped[str | None] = mapped_column(Text)  # a failure's whole captured output
     time: Mapped[float | None] = mapped_column(Float)
 
 
@@ -138,6 +144,8 @@ class Selection(Base):
     reason: Mapped[str | None] = mapped_column(String(200))
     # NULL: unknown (recorded before results carried it, or not reported by the dispatcher).
     impl: Mapped[str | None] = mapped_column(String(32))
+    # under_test | reference (`kernels.recorder.ROLES`); NULL (older rows) reads as under_test.
+    role: Mapped[str | None] = mapped_column(String(16))
 
 
 class Fingerprint(Base):
@@ -151,9 +159,11 @@ class Fingerprint(Base):
 
 
 class Baseline(Base):
-    """The run each device variant's regressions are judged against (`farm baseline set`)."""
+    """The run a suite's results on a device variant are judged against (`farm baseline set`):
+    per suite, because runs of different suites share no test to compare."""
 
     __tablename__ = "baselines"
+    suite: Mapped[str] = mapped_column(String(200), primary_key=True)
     variant_key: Mapped[str] = mapped_column(String(32), primary_key=True)
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
     set_at: Mapped[float] = mapped_column(Float)

@@ -7,12 +7,18 @@ A selection also names the implementation that executed (``impl``): the same var
 Metal source, its emulated Metal source or its portable MLX form gives different numbers and
 timings, so the history only compares a selection with one that ran the same implementation.
 The names are defined here once; the history validates results files against them.
+
+A selection also carries its ``role``: the path a test checks (``under_test``) or a computation
+the test compares against (``reference``, made inside `reference`). A test that checks "verify
+off equals stock" dispatches to stock on purpose; only the path under test may raise a
+kernel-selection regression, or a deliberate stock call would hide a real fallback.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
@@ -22,6 +28,10 @@ IMPL_PORTABLE = "portable"  # the variant's portable MLX implementation
 IMPL_CUDA = "cuda"  # the variant's CUDA source on an NVIDIA GPU
 IMPL_STOCK_NATIVE = "stock-native"  # MLX's own mx.quantized_matmul on the device's backend
 IMPLEMENTATIONS = (IMPL_METAL, IMPL_METAL_EMULATED, IMPL_PORTABLE, IMPL_CUDA, IMPL_STOCK_NATIVE)
+
+ROLE_UNDER_TEST = "under_test"
+ROLE_REFERENCE = "reference"
+ROLES = (ROLE_UNDER_TEST, ROLE_REFERENCE)
 
 
 @dataclass(frozen=True)
@@ -35,6 +45,7 @@ class Selection:
     reason: str  # tuned | fallback:unsupported-device | fallback:shape | fallback:dtype | ...
     # One of IMPLEMENTATIONS; "" only from a dispatcher that does not say (written as null).
     impl: str = ""
+    role: str = ROLE_UNDER_TEST  # set by `report` from the enclosing `reference` block
 
     def __post_init__(self) -> None:
         # A misspelt name would otherwise travel to the history and be refused there, far
@@ -42,6 +53,8 @@ class Selection:
         if self.impl and self.impl not in IMPLEMENTATIONS:
             raise ValueError(f"Selection.impl {self.impl!r} is not one of "
                              f"{', '.join(IMPLEMENTATIONS)}")
+        if self.role not in ROLES:
+            raise ValueError(f"Selection.role {self.role!r} is not one of {', '.join(ROLES)}")
 
     def to_json(self) -> dict:
         """Plain data for the results stream; an unreported implementation is ``null``."""
@@ -53,6 +66,19 @@ class Selection:
 _active: contextvars.ContextVar[list[Selection] | None] = contextvars.ContextVar(
     "kernel_recorder", default=None
 )
+_role: contextvars.ContextVar[str] = contextvars.ContextVar("kernel_role",
+                                                           default=ROLE_UNDER_TEST)
+
+
+@contextlib.contextmanager
+def reference() -> Iterator[None]:
+    """Selections made inside are reference computations of the test, not its path under test
+    (for example the stock output a custom kernel is compared with)."""
+    token = _role.set(ROLE_REFERENCE)
+    try:
+        yield
+    finally:
+        _role.reset(token)
 
 
 @contextlib.contextmanager
@@ -68,5 +94,9 @@ def recording() -> Iterator[list[Selection]]:
 
 def report(selection: Selection) -> None:
     sink = _active.get()
-    if sink is not None and selection not in sink:
+    if sink is None:
+        return
+    if _role.get() != selection.role:
+        selection = dataclasses.replace(selection, role=_role.get())
+    if selection not in sink:
         sink.append(selection)

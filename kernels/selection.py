@@ -10,6 +10,7 @@ device runs (kernels/tiling.py), so a table that would launch a kernel out of bo
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import re
@@ -118,11 +119,23 @@ def load_table(path: str | None = None) -> Table:
     return _load_table(path or os.environ.get(ENV_TABLE) or None)
 
 
+def table_path(path: str | None = None) -> Path:
+    """The table file in effect: ``path``, else ``DFLASH2_SELECTION_TABLE``, else the shipped."""
+    given = path or os.environ.get(ENV_TABLE) or None
+    return Path(given) if given else Path(__file__).parent / "selection_table.json"
+
+
+def table_digest(path: str | None = None) -> str:
+    """sha256 of the table in effect, as parsed data: the history explains a selection change
+    by a table change only when the table's content changed, not its formatting."""
+    data = json.loads(table_path(path).read_text())
+    blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
 @functools.lru_cache(maxsize=4)
 def _load_table(path: str | None) -> Table:
-    text = (Path(path).read_text() if path
-            else (Path(__file__).parent / "selection_table.json").read_text())
-    return build_table(json.loads(text))
+    return build_table(json.loads(table_path(path).read_text()))
 
 
 def select(device: DeviceIdentity, dtype: str, m: int, k: int, n: int, bits: int = 4,

@@ -77,7 +77,7 @@ def test_implementation_change_alone_is_a_note_and_its_measurements_are_not_comp
     (f,) = report.flags
     assert (f.kind, f.severity, f.is_regression) == ("implementation_changed", "note", False)
     assert (f.baseline, f.current) == (["portable"], ["metal-emulated"])
-    assert f.subject == "gate_up bfloat16 M=8 K=5120 N=17408" and "(emulated)" in f.device
+    assert f.subject == "gate_up bf16 (8,5120,17408)" and "(emulated)" in f.device
     assert f.details["variant"] == "scalar_kmajor" and f.details["not_compared"] == [NODE]
     assert "portable -> metal-emulated" in f.evidence and "\n" not in f.evidence
     # The same implementation both times: those very measurements are compared, and flagged.
@@ -117,7 +117,7 @@ def test_perf_baseline_samples_come_from_the_same_implementation(h):
         return [result(node, selections=[_impl("scalar_kmajor", impl)],
                        measurements=[meas("rows_per_s", value, unit="rows/s")])]
 
-    for i, v in enumerate([1000, 1010, 990, 1005]):
+    for i, v in enumerate([1000, 1010, 990, 1005, 995, 1002]):
         record(h, [(device(), "mac-1", bench(v, "portable"))], started=1000.0 + i)
     slower = record(h, [(device(), "mac-1", bench(100, "metal-emulated"))], started=2000.0)
     assert [f.kind for f in find_regressions(h, slower)] == ["implementation_changed"]
@@ -126,7 +126,7 @@ def test_perf_baseline_samples_come_from_the_same_implementation(h):
     flags = find_regressions(h, dropped)
     assert sorted(f.kind for f in flags) == ["implementation_changed", "perf_drop"]
     (f,) = [f for f in flags if f.is_regression]
-    assert sorted(f.details["baseline_samples"]) == [990, 1000, 1005, 1010]
+    assert sorted(f.details["baseline_samples"]) == [990, 995, 1000, 1002, 1005, 1010]
 
 
 def test_fingerprint_change_same_arch_and_mlx(h):
@@ -221,31 +221,50 @@ def _bench_runs(h, values, latencies=None, start=1000.0):
             for i, (v, t) in enumerate(zip(values, lat, strict=True))]
 
 
-def test_perf_drop_against_the_baseline_spread(h):
-    runs = _bench_runs(h, [1000, 1010, 990, 1005, 800], [100, 101, 99, 100, 100])
+def test_perf_drop_against_the_earlier_window(h):
+    runs = _bench_runs(h, [1000, 1010, 990, 1005, 995, 1002, 800],
+                       [100, 101, 99, 100, 100, 101, 100])
     flags = find_regressions(h, runs[-1])
     assert kinds(flags) == ["perf_drop"], [f.evidence for f in flags]
     (f,) = flags
-    assert f.details["name"] == "rows_per_s" and len(f.details["baseline_samples"]) == 4
-    assert f.against == runs[-2]
+    assert f.details["name"] == "rows_per_s" and len(f.details["baseline_samples"]) == 6
+    assert "Welch t" in f.evidence
     # The same value again: nothing dropped.
-    same = _bench_runs(h, [1000, 1010, 990, 1005, 1000], start=5000.0)
-    assert find_regressions(h, same[-1], against=same[-2]) == []
+    same = _bench_runs(h, [1000, 1010, 990, 1005, 995, 1002, 1000], start=5000.0)
+    assert find_regressions(h, same[-1]) == []
 
 
 def test_perf_latency_growth_is_a_drop_and_noise_is_not(h):
-    runs = _bench_runs(h, [1000] * 4, [100, 102, 98, 100], start=1000.0)
+    runs = _bench_runs(h, [1000] * 6, [100, 102, 98, 100, 101, 99], start=1000.0)
     slow = record(h, [(device(), "mac-1", _bench(1000, 150))], started=2000.0)
     (f,) = find_regressions(h, slow)
     assert f.details["name"] == "m8_median_us"
-    noisy = _bench_runs(h, [1000, 900, 1100, 950, 1050, 960], start=3000.0)
-    assert find_regressions(h, noisy[-1]) == []  # within the baseline's own spread
+    noisy = _bench_runs(h, [1000, 900, 1100, 950, 1050, 960, 1080], start=3000.0)
+    assert find_regressions(h, noisy[-1]) == []  # within the window's own noise
     assert runs
 
 
 def test_perf_never_alerts_on_too_few_samples(h):
-    r1, r2 = pair(h, _bench(1000), _bench(100))
-    assert find_regressions(h, r2, against=r1) == []
+    runs = _bench_runs(h, [1000, 1001, 999, 1000, 100])  # 4 earlier runs: fewer than MIN_BACK
+    assert find_regressions(h, runs[-1]) == []
+
+
+def test_welch_catches_a_real_step_once_and_never_the_noise(h):
+    """24 runs with 3% noise, a real 15% step at run 12: analysing every run, the step run is
+    the only one flagged (later runs see the step in their earlier window, with a smaller t),
+    and the same noise without a step flags nothing."""
+    import random
+
+    rng = random.Random(20261203)
+    noise = [1000 * (1 + rng.gauss(0, 0.03)) for _ in range(24)]
+    stepped = [v * (0.85 if i >= 12 else 1.0) for i, v in enumerate(noise)]
+    lat = [100.0] * 24
+    step_runs = _bench_runs(h, stepped, lat, start=1000.0)
+    flagged = [i for i, r in enumerate(step_runs) if kinds(find_regressions(h, r))]
+    assert flagged == [12], flagged
+    h2_runs = [record(h, [(device(host="quiet"), "quiet", _bench(v, 100.0))],
+                      started=5000.0 + i) for i, v in enumerate(noise)]
+    assert [i for i, r in enumerate(h2_runs) if kinds(find_regressions(h, r))] == []
 
 
 def _fleet(h, digests, deviations, started):

@@ -95,20 +95,26 @@ def _history_at_0001(target: str) -> None:
         c.execute(text('INSERT INTO selections (result_id, op, dtype, "M", "K", "N", variant, '
                        "reason) SELECT id, 'gate_up', 'bfloat16', 8, 5120, 17408, "
                        "'scalar_kmajor', 'tuned' FROM results"))
+        c.execute(text("INSERT INTO baselines (variant_key, run_id, set_at) "
+                       "VALUES ('v', 'r-old', 1001)"))
     eng.dispose()
 
 
 @pytest.mark.parametrize("kind", backends())
-def test_a_0001_history_upgrades_to_0002_and_keeps_its_rows(kind, tmp_path):
+def test_a_0001_history_upgrades_to_head_and_keeps_its_rows(kind, tmp_path):
     target = fresh_db(kind, tmp_path)
     _history_at_0001(target)
     h = open_history(target)  # migrates
     with h.engine.connect() as c:
-        assert MigrationContext.configure(c).get_current_revision() == "0002" == HEAD
+        assert MigrationContext.configure(c).get_current_revision() == HEAD
         assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
         old = c.execute(text("SELECT s.op, s.variant, s.reason, s.impl, r.nodeid FROM "
                              "selections s JOIN results r ON r.id = s.result_id")).all()
         assert c.execute(text("SELECT status FROM runs WHERE id = 'r-old'")).scalar() == "passed"
+        # 0003: the baseline became per (suite, variant), taking its run's suite.
+        assert [tuple(r) for r in c.execute(text(
+            "SELECT suite, variant_key, run_id FROM baselines"))] == [("m8-parity", "v", "r-old")]
+        assert c.execute(text("SELECT role FROM selections")).scalar() is None
     assert [tuple(r) for r in old] == [("gate_up", "scalar_kmajor", "tuned", None, "t.py::a")]
     assert "ix_selections_shape" in {ix["name"] for ix in inspect(h.engine).get_indexes(
         "selections")}
@@ -141,6 +147,18 @@ def test_0002_downgrades_to_0001_without_losing_selections(tmp_path):
         assert c.execute(text("SELECT count(*) FROM selections")).scalar() == 1
     eng.dispose()
     open_history(target).close()  # and up again
+    with eng.connect() as c:
+        assert c.execute(text("SELECT suite, run_id FROM baselines")).all() == [
+            ("m8-parity", "r-old")]
+        conn = c
+        command.downgrade(alembic_config(conn), "0002")
+        conn.commit()
+    with eng.connect() as c:
+        assert "suite" not in {col["name"] for col in inspect(c).get_columns("baselines")}
+        assert c.execute(text("SELECT variant_key, run_id FROM baselines")).all() == [
+            ("v", "r-old")]
+    eng.dispose()
+    open_history(target).close()
 
 
 def test_sqlite_is_in_wal_mode_with_a_busy_timeout(tmp_path):
