@@ -1,8 +1,7 @@
 """One run written out for other tools: JUnit XML (CI dashboards), JSON (scripts), CSV (sheets).
 
-Devices become JUnit test suites, so a dashboard shows the same device x test split as
-`farm show`; expected failures are reported as passing cases with their tracking link, exactly
-as the farm judges them.
+JUnit comes from `db.junit` (its docstring says how results map); JSON is `farm show`'s
+document with every result and its children instead of the matrix.
 """
 
 from __future__ import annotations
@@ -10,9 +9,9 @@ from __future__ import annotations
 import csv
 import io
 import json
-import xml.etree.ElementTree as ET
 from collections import defaultdict
 
+from db import junit
 from db.errors import EXIT_USAGE, FarmError
 from db.history import History
 from db.queries import run_jobs, run_results, show_run
@@ -63,46 +62,16 @@ def to_csv(h: History, run_id: str) -> str:
 
 
 def to_junit(h: History, run_id: str) -> str:
-    root = ET.Element("testsuites", name=run_id)
+    """Through `db.junit`, the writer `farm run --junit` and `pytest --farm-junit` use too."""
+    run = show_run(h, run_id)["run"]
     by_job: dict[int, list[dict]] = defaultdict(list)
     for r in run_results(h, run_id):
         by_job[r["job_id"]].append(r)
-    for job in run_jobs(h, run_id):
-        results = by_job[job["id"]]
-        suite = ET.SubElement(root, "testsuite", name=job["device"]["label"],
-                              tests=str(len(results)),
-                              failures=str(sum(r["category"] == "unexpected_fail"
-                                               for r in results)),
-                              errors=str(sum(r["category"] == "crashed" for r in results)),
-                              skipped=str(sum(r["category"] == "skipped" for r in results)),
-                              time=f"{sum(r['duration'] or 0 for r in results):.3f}")
-        props = ET.SubElement(suite, "properties")
-        for k in ("variant_key", "arch", "chip", "host", "os", "mlx_version", "emulated"):
-            ET.SubElement(props, "property", name=k, value=str(job["device"][k]))
-        for r in results:
-            suite.append(_case(r))
-    ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
-
-
-def _case(r: dict) -> ET.Element:
-    path, _, name = r["nodeid"].partition("::")
-    case = ET.Element("testcase", classname=path.removesuffix(".py").replace("/", "."),
-                      name=name or path, time=f"{r['duration'] or 0:.3f}")
-    msg = r["message"] or ""
-    cat = r["category"]
-    if cat == "unexpected_fail":
-        ET.SubElement(case, "failure", message=msg.splitlines()[0] if msg else r["outcome"]
-                      ).text = msg
-    elif cat == "crashed":
-        ET.SubElement(case, "error", message=r["outcome"]).text = msg
-    elif cat == "skipped":
-        ET.SubElement(case, "skipped", message=msg)
-    props = ET.SubElement(case, "properties")
-    ET.SubElement(props, "property", name="category", value=cat)
-    if r["link"]:
-        ET.SubElement(props, "property", name="expectation", value=r["link"])
-    for x in r["measurements"]:
-        ET.SubElement(props, "property", name=x["name"],
-                      value="" if x["value"] is None else repr(x["value"]))
-    return case
+    suites = [junit.Suite(
+        name=job["device"]["label"], cases=[junit.Case.from_row(r) for r in by_job[job["id"]]],
+        hostname=job["device"]["host"], started=job["started"],
+        properties=junit.device_properties(job["device"], run_id=run_id, suite=run["suite"],
+                                           job_status=job["status"], attempts=job["attempts"]),
+        system_err=f"{job['status']}: {job['error']}" if job["error"] else "")
+        for job in run_jobs(h, run_id)]
+    return junit.to_xml(suites, f"farm run {run_id}")

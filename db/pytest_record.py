@@ -1,6 +1,11 @@
-"""pytest plugin: `--farm-db PATH` records a local run in the history.
+"""pytest plugin: `--farm-db PATH` records a local run in the history, `--farm-junit PATH`
+writes it as JUnit XML (through `db.junit`, the writer `farm export` and `farm run` use).
 
-It implements `pytest_farm_event` (the hook `suites.plugin` calls with every results-stream
+Both name the run after the suite it is: `--farm-suite NAME` when given, else the manifest suite
+(suites/manifest.toml) whose paths and markers are exactly those of this session (`pytest
+suites/test_parity.py` is `m8-parity`, `pytest suites` is `all`), else the paths themselves.
+
+`--farm-db` implements `pytest_farm_event` (the hook `suites.plugin` calls with every results-stream
 object): `session_start` opens a run and a job on the device it names, results are written in
 batches (every ``FLUSH_EVERY`` results or ``FLUSH_AFTER_S`` seconds, one transaction each, so a
 crash loses at most the unflushed tail), and `session_finish` closes both with their verdict.
@@ -22,6 +27,8 @@ if TYPE_CHECKING:  # the history (SQLAlchemy, Alembic) loads only when --farm-db
 FLUSH_EVERY = 50
 FLUSH_AFTER_S = 5.0
 KEY = pytest.StashKey["Recorder"]()
+JUNIT_KEY = pytest.StashKey["JunitReport"]()
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: manifest paths are relative to it
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -29,13 +36,60 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--farm-db", metavar="PATH", default=None,
                     help="record this session in the farm history at PATH (file or SQLAlchemy "
                          "URL); see `farm runs`")
+    group.addoption("--farm-junit", metavar="PATH", default=None,
+                    help="write this session as JUnit XML at PATH (one <testsuite> for the "
+                         "device), the same format as `farm export --format junit`")
+
+
+def suite_name(config: pytest.Config) -> str:
+    """The suite this session runs (see the module docstring)."""
+    given = config.getoption("farm_suite", None)
+    if given:
+        return str(given)
+    base = (config.rootpath if config.args_source == pytest.Config.ArgsSource.TESTPATHS
+            else config.invocation_params.dir)
+    paths = [_relative(base, a) for a in config.args] or ["."]
+    markers = (config.getoption("markexpr", "") or "").strip()
+    try:  # lazily, and never fatal: the suites package names suites, the history only records
+        from suites.manifest import load_manifest
+
+        manifest = load_manifest()
+    except Exception:  # noqa: BLE001 - a broken manifest must not stop a test session
+        manifest = {}
+    files = _files(paths)
+    for suite in manifest.values():
+        if suite.markers == markers and _files(suite.paths) == files:
+            return suite.name
+    return " ".join(paths)[:200]
+
+
+def _relative(base: Path, arg: str) -> str:
+    """A pytest argument as a path relative to the checkout when inside it (``::node`` kept)."""
+    file_part, sep, node = str(arg).partition("::")
+    full = (base / file_part).resolve()
+    rel = full.relative_to(ROOT).as_posix() if full.is_relative_to(ROOT) else full.as_posix()
+    return rel + sep + node
+
+
+def _files(paths: list[str]) -> frozenset[str]:
+    """What the paths select: a directory stands for its test modules, so `suites` and the
+    list of every suite module are the same selection."""
+    out = set()
+    for p in paths:
+        file_part, sep, _ = p.partition("::")
+        full = ROOT / file_part
+        if not sep and full.is_dir() and full.resolve().is_relative_to(ROOT):
+            out.update(f.relative_to(ROOT).as_posix() for f in sorted(full.rglob("test_*.py")))
+        else:
+            out.add(p.rstrip("/"))
+    return frozenset(out)
 
 
 class Recorder:
     """One pytest session's writer into the history."""
 
-    def __init__(self, h: History, root: Path):
-        self.h, self.root = h, root
+    def __init__(self, h: History, root: Path, suite: str = "local"):
+        self.h, self.root, self.suite = h, root, suite
         self.run_id: str | None = None
         self.writer: JobWriter | None = None
         self.last_flush = time.monotonic()
@@ -48,9 +102,11 @@ class Recorder:
 
             dev = ev.get("device") if isinstance(ev.get("device"), dict) else {}
             started = ev.get("time") if isinstance(ev.get("time"), (int, float)) else None
-            self.run_id = self.h.start_run(str(ev.get("suite") or "local"),
+            self.run_id = self.h.start_run(str(ev.get("suite") or self.suite),
                                            str(dev.get("arch", "")),
-                                           current_revision(self.root), started=started)
+                                           current_revision(self.root), started=started,
+                                           context=ev.get("context")
+                                           if isinstance(ev.get("context"), dict) else None)
             self.writer = JobWriter(self.h, self.run_id, batch=FLUSH_EVERY)
         if self.writer is None:
             return
@@ -70,10 +126,59 @@ class Recorder:
         self.h.close()
 
 
+class JunitReport:
+    """The session's result events, written as JUnit when it finishes (or is torn down)."""
+
+    def __init__(self, path: Path, suite: str):
+        self.path, self.suite = path, suite
+        self.start: dict = {}
+        self.results: dict[str, dict] = {}
+        self.done = False
+
+    def event(self, ev: dict) -> None:
+        kind = ev.get("type")
+        if kind == "session_start":
+            self.start = ev
+        elif kind == "result" and isinstance(ev.get("nodeid"), str):
+            self.results[ev["nodeid"]] = ev
+        elif kind == "session_finish":
+            self.write()
+
+    def write(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        from db import junit
+        from db.queries import device_label
+
+        dev = self.start.get("device") if isinstance(self.start.get("device"), dict) else {}
+        host = str(self.start.get("host") or "")
+        facts = {**dev, "host": host, "os": self.start.get("os")}
+        started = self.start.get("time")
+        suite = str(self.start.get("suite") or self.suite)
+        junit.write(self.path, [junit.Suite(
+            name=device_label({"arch": "unknown", "emulated": False, **facts}),
+            cases=[junit.Case.from_event(ev) for ev in self.results.values()],
+            hostname=host, started=started if isinstance(started, (int, float)) else None,
+            properties=junit.device_properties(facts, suite=suite))], suite)
+
+
 @pytest.hookimpl(trylast=True)  # after the suites plugin has refused a bad option or file,
 def pytest_configure(config: pytest.Config) -> None:  # so such a session creates no history
     target = config.getoption("farm_db", None)
-    if not target or hasattr(config, "workerinput"):  # xdist workers: the controller records
+    junit_path = config.getoption("farm_junit", None)
+    if hasattr(config, "workerinput") or not (target or junit_path):  # xdist workers: the
+        return  # controller records
+    suite = suite_name(config)
+    if junit_path:
+        try:  # refused now, in one line, rather than as a traceback once the tests have run
+            Path(junit_path).parent.mkdir(parents=True, exist_ok=True)
+            Path(junit_path).touch()
+        except OSError as e:
+            raise pytest.UsageError(f"--farm-junit: cannot write {junit_path}: "
+                                    f"{e.strerror or e}") from None
+        config.stash[JUNIT_KEY] = JunitReport(Path(junit_path), suite)
+    if not target:
         return
     from db.errors import FarmError
     from db.history import open_history
@@ -82,14 +187,17 @@ def pytest_configure(config: pytest.Config) -> None:  # so such a session create
         h = open_history(target)
     except FarmError as e:
         raise pytest.UsageError(f"--farm-db: {e}") from None
-    config.stash[KEY] = Recorder(h, Path(__file__).resolve().parent.parent)
+    config.stash[KEY] = Recorder(h, ROOT, suite)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_farm_event(config: pytest.Config, event: dict) -> None:
-    rec = config.stash.get(KEY, None)
-    if rec is not None and isinstance(event, dict):
-        rec.event(event)
+    if not isinstance(event, dict):
+        return
+    for key in (KEY, JUNIT_KEY):
+        sink = config.stash.get(key, None)
+        if sink is not None:
+            sink.event(event)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -97,3 +205,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if rec is not None:
         rec.close()  # a session that never sent session_finish: its job is recorded as lost
         del config.stash[KEY]
+    report = config.stash.get(JUNIT_KEY, None)
+    if report is not None:
+        del config.stash[JUNIT_KEY]
+        report.write()  # what a session that never finished did run

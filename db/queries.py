@@ -78,7 +78,8 @@ def _counts(c, job_ids: list[int]) -> dict[int, dict[str, int]]:
 
 
 def _run_dict(r: Any) -> dict:
-    return {"id": r.id, "suite": r.suite, "selector": r.selector, "status": r.status,
+    # "run_id", as in every other --json output (docs/RESULTS_FORMAT.md), never a bare "id".
+    return {"run_id": r.id, "suite": r.suite, "selector": r.selector, "status": r.status,
             "started": r.started, "finished": r.finished, "heartbeat": r.heartbeat,
             "git_sha": r.git_sha, "dirty": None if r.dirty is None else bool(r.dirty),
             "tree_hash": r.tree_hash}

@@ -106,10 +106,10 @@ def test_runs_lists_newest_first_with_filters(hist):
     res = farm("runs", "--json", db=db)
     assert res.exit_code == 0, res.output
     rows = json.loads(res.output)
-    assert [r["id"] for r in rows] == [r2, r1]
+    assert [r["run_id"] for r in rows] == [r2, r1]
     assert rows[0]["status"] == "failed" and rows[0]["counts"]["unexpected_fail"] == 1
     assert rows[0]["devices"] == ["applegpu_g13s @mac-1", "applegpu_g14g (emulated) @linux-1"]
-    assert [r["id"] for r in json.loads(farm("runs", "--json", "--limit", "1",
+    assert [r["run_id"] for r in json.loads(farm("runs", "--json", "--limit", "1",
                                              db=db).output)] == [r2]
     assert json.loads(farm("runs", "--json", "--suite", "other", db=db).output) == []
     assert len(json.loads(farm("runs", "--json", "--device", "g14", db=db).output)) == 2
@@ -232,7 +232,7 @@ def test_export_formats(hist):
     assert suites["applegpu_g13s @mac-1"].get("failures") == "1"
     assert suites["applegpu_g14g (emulated) @linux-1"].get("failures") == "0"
     doc = json.loads(farm("export", r2, "--format", "json", db=db).output)
-    assert doc["run"]["id"] == r2 and sum(len(j["results"]) for j in doc["jobs"]) == 4
+    assert doc["run"]["run_id"] == r2 and sum(len(j["results"]) for j in doc["jobs"]) == 4
     rows = list(csv.DictReader(io.StringIO(farm("export", r2, "--format", "csv",
                                                 db=db).output)))
     assert len(rows) == 4 and {r["category"] for r in rows} == {
@@ -256,7 +256,7 @@ def test_ingest_command(tmp_path):
         {**sel("scalar_kmajor"), "impl": "metal"}]), session_finish()])
     res = farm("ingest", str(path), "--json", db=db)
     assert res.exit_code == 0, res.output
-    doc = json.loads(farm("show", json.loads(res.output)["id"], "--json", db=db).output)
+    doc = json.loads(farm("show", json.loads(res.output)["run_id"], "--json", db=db).output)
     assert [x["impl"] for x in doc["selections"]] == ["metal"]
 
 
@@ -285,7 +285,8 @@ def test_bad_inputs_are_one_line_with_exit_codes(kind, tmp_path, capsys):
         (["runs", "--db", str(tmp_path / "absent.db")], 2, "no history at"),
         (["ingest", str(tmp_path / "missing.jsonl"), "--db", db], 2, "cannot read"),
         (["ingest", str(newer), "--db", db], 2, "impl 'metal-remote', not one of metal, "),
-        (["show", "--db", db], 2, "Missing argument"),
+        (["show", "--db", str(tmp_path / "empty.db")], 2, "no history at"),
+        (["history", "--db", db], 2, "Missing argument"),
         (["export", run, "--db", db, "--format"], 2, "requires an argument"),
         (["runs", "--limit", "many", "--db", db], 2, "--limit"),
     ]
@@ -301,7 +302,7 @@ def test_bad_inputs_are_one_line_with_exit_codes(kind, tmp_path, capsys):
     h = open_history(db, write=False)
     from db.queries import list_runs
 
-    assert [r["id"] for r in list_runs(h)] == [run]  # the refused file recorded nothing
+    assert [r["run_id"] for r in list_runs(h)] == [run]  # the refused file recorded nothing
     h.close()
 
 
@@ -313,4 +314,4 @@ def test_installed_script_one_line_errors_and_farm_db(tmp_path):
     p = run_script("query", "DELETE FROM runs", "--db", db)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "read-only" in p.stderr
     p = run_script("runs", "--json", env={"FARM_DB": db})
-    assert p.returncode == 0 and json.loads(p.stdout)[0]["id"] == run
+    assert p.returncode == 0 and json.loads(p.stdout)[0]["run_id"] == run

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from farm.cli.app import app
@@ -106,13 +107,13 @@ def devices(
     if json_out:
         typer.echo(json.dumps(rows, indent=2))
         return
-    t = Table(title=f"devices at {address}")
+    t = Table(title=escape(f"devices at {address}"))
     for col in ("node", "host", "arch", "chip", "mlx", "emulated", "state", "health"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["node_id"][:8], r["host"], r["arch"], r["chip"], r["mlx_version"],
-                  "yes" if r["emulated"] else "no", r["state"],
-                  _health(r))
+        t.add_row(*(escape(str(c)) for c in (
+            r["node_id"][:8], r["host"], r["arch"], r["chip"], r["mlx_version"],
+            "yes" if r["emulated"] else "no", r["state"], _health(r))))
     _console().print(t)
     if not rows:
         typer.echo(fleet.describe([]))
@@ -159,7 +160,7 @@ def run(
         err.print("aborted")
         sys.exit(130)
     if junit:
-        write_junit(junit, outcome.jobs, outcome.run_id)
+        write_junit(junit, outcome.jobs, outcome.run_id, suite)
     if json_out:
         typer.echo(json.dumps(outcome.to_json()))
     else:

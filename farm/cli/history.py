@@ -97,14 +97,15 @@ def runs_cmd(
     t = Table("run", "suite", "status", "started (UTC)", "revision", "devices", "results")
     for r in rows:
         rev = (r["git_sha"] or "")[:10] + ("+dirty" if r["dirty"] else "")
-        _row(t, r["id"], r["suite"], r["status"], _when(r["started"]), rev,
+        _row(t, r["run_id"], r["suite"], r["status"], _when(r["started"]), rev,
              "\n".join(r["devices"]), _counts_text(r["counts"]), markup=(6,))
     _console().print(t)
 
 
 @app.command("show")
 def show_cmd(
-    run: Annotated[str, typer.Argument(help="run id, a unique prefix of one, or 'latest'")],
+    run: Annotated[str | None, typer.Argument(
+        help="run id, a unique prefix of one, or 'latest' (default: latest)")] = None,
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -117,7 +118,7 @@ def show_cmd(
         return
     r = doc["run"]
     con = _console()
-    con.print(escape(f"run {r['id']}  suite {r['suite']}  status {r['status']}  "
+    con.print(escape(f"run {r['run_id']}  suite {r['suite']}  status {r['status']}  "
                      f"started {_when(r['started'])} UTC  revision {(r['git_sha'] or '-')[:12]}"
                      f"{' (dirty)' if r['dirty'] else ''}"))
     jobs = Table("device", "variant", "chip", "MLX", "status", "attempts", "results", "error")
@@ -241,9 +242,9 @@ def regressions_cmd(
                 _row(t, f.severity, f.kind, f.device, f.subject, f.evidence)
             con.print(t)
         n = len(report.regressions)
-        con.print(f"{n} regression(s)" + (f", {len(report.flags) - n} note(s)"
-                                          if len(report.flags) > n else "")
-                  + f" in run {report.run_id}")
+        con.print(escape(f"{n} regression(s)" + (f", {len(report.flags) - n} note(s)"
+                                                 if len(report.flags) > n else "")
+                         + f" in run {report.run_id}"))
     # SystemExit, not typer.Exit: `farm.cli.app.main` runs click with standalone_mode=False, where an
     # Exit's code is returned (and dropped), while SystemExit reaches the shell as is.
     raise SystemExit(EXIT_FLAGGED if report.regressions else EXIT_OK)
