@@ -1,7 +1,8 @@
 """`farm report`: one run as a self-contained HTML page (``farm.report.html`` renders it).
 
 Thin like the other command modules: resolve the run, render, write; a bad run or an unwritable
-path is one line and exit 2, never a traceback or a half-written page left behind silently.
+path is one line and exit 2, never a traceback or a half-written page left behind silently. The
+page is rendered whole before the file is opened, so a failure while rendering leaves no file.
 """
 
 from pathlib import Path
@@ -23,12 +24,15 @@ def report_cmd(
     run: Annotated[str | None, typer.Argument(
         metavar="RUN", help="run id, a unique prefix of one, or 'latest' (default: latest)")] = None,
     against: Annotated[str, typer.Option(
-        help="regressions against 'baseline' (per device variant) or a run id")] = "baseline",
+        help="regressions against 'baseline' (per suite and device variant) or a run id"
+    )] = "baseline",
     runs: Annotated[int, typer.Option(
-        help="plot at most this many runs, up to and including RUN")] = DEFAULT_RUNS,
+        help="plot at most this many runs of each suite, up to and including RUN")
+    ] = DEFAULT_RUNS,
     db: DbOpt = None,
 ) -> None:
-    """Write RUN's device x test matrix, regression flags and trend plots as one HTML page."""
+    """Write RUN's status, device x test matrix, regression flags and per-suite trend plots as
+    one HTML page."""
     if runs < 1:
         raise FarmError(f"--runs must be at least 1 (got {runs})", EXIT_USAGE)
     with open_history(db, write=False) as h:

@@ -1,30 +1,44 @@
-"""One run as a single self-contained HTML page: matrix, regression flags, trend plots.
+"""One run as a single self-contained HTML page: status, matrix, regression flags, trend plots.
 
 Self-contained because the page is mailed, attached to CI and opened from disk on machines with
-no network: inline CSS, inline SVG (``farm.report.svg_plot``), no script, no external URL. The data
-comes from the `db` library (``show_run``, ``analyse``) plus one query for the measurements the
-plots need over the runs up to RUN, so the page costs a few queries, not a load of every result.
+no network: inline CSS, inline SVG, no script, no external URL. The markup is in
+``templates/*.html.j2``, rendered by Jinja2 with autoescape on, because test ids, suite names
+and host names are data that a page must show as text (``test_x[a<b]``), never run as markup.
+This module only gathers the data (``show_run``, ``analyse`` and a few queries for the plotted
+measurements) and shapes it for the templates.
+
+A run's status on the page is the recorded one unless the regression analysis disagrees: a run
+whose tests passed but which regressed reads ``regressed``, with the count and a link to the
+flags. Trends are drawn per suite and per kind of device (real or emulated), over comparable
+runs only: the x axis of a plot is the runs of one suite in which the report's device variants
+ran, and a series is one device variant, so another suite's runs never share an axis and an
+emulated device's values never sit beside a real one's.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from html import escape
 
+import jinja2
 from sqlalchemy import select
 
 from db import models as m
 from db.events import CATEGORIES
 from db.history import History
-from db.queries import devices, resolve_run, show_run
-from db.regressions import HEADROOM_LEVELS, ULP_MEASURES, Report, analyse
-from farm.report.svg_plot import PALETTE, Guide, Series, line_plot
+from db.queries import resolve_run, show_run
+from db.regressions import analyse
+from farm.report.svg_plot import PALETTE, Guide, Plot, Series, line_plot
 
 DEFAULT_RUNS = 20
 BENCH_MEASURE = "rows_per_s"
+# The deviation-in-ulps measures and headroom levels the regression analysis judges by; named
+# here so the page depends on the analyser only through ``analyse``.
+ULP_MEASURES = ("deviation_ulps", "ulps")
+HEADROOM_LEVELS = (0.5, 0.9)
 PLOT_MEASURES = (*ULP_MEASURES, "headroom", "deviation", BENCH_MEASURE)
 STOCK = "stock"
 # name shown, cell colour; worst first, the order a cell picks its colour by.
@@ -37,31 +51,22 @@ CATEGORY_LOOK = {
     "expected_pass": ("expected pass", "#3f9b4f"),
 }
 SEVERITY_COLOUR = {"high": "#d7301f", "medium": "#e8a33d", "low": "#4a7dbf", "note": "#9aa0a6"}
+TEMPLATE = "report.html.j2"
 
-CSS = """
-body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#222}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid
-#ddd;padding-bottom:4px}h3{font-size:14px;margin:0 0 6px}
-.meta{color:#555}.meta code{background:#f3f3f3;padding:1px 4px;border-radius:3px}
-table{border-collapse:collapse;margin:6px 0}th,td{border:1px solid #d5d5d5;padding:4px 8px;
-text-align:left;vertical-align:top}th{background:#f5f5f5;font-weight:600}
-td.test{font-family:ui-monospace,Menlo,monospace;font-size:12.5px}
-td.cell{text-align:center;min-width:120px;color:#fff}td.cell.empty{background:#fafafa;color:#999}
-.chip{display:inline-block;border-radius:9px;padding:0 7px;margin:1px 2px;font-size:12px;
-color:#fff;white-space:nowrap}td.cell .chip{background:rgba(0,0,0,.18)}
-.legend span.chip{margin-right:8px}.sev{font-weight:600;color:#fff;border-radius:3px;
-padding:0 6px}.evidence{font-family:ui-monospace,Menlo,monospace;font-size:12px}
-.current-run{background:#fff8d6}.none{color:#3f9b4f;font-weight:600}
-.cards{display:grid;grid-template-columns:repeat(auto-fill,minmax(430px,1fr));gap:14px}
-.card{border:1px solid #ddd;border-radius:6px;padding:8px 10px;background:#fff}
-.card .note{color:#666;font-size:12px}
-svg.plot{width:100%;height:auto;display:block;font-family:system-ui,sans-serif}
-svg .plot-title{font-size:12px;font-weight:600;fill:#333}svg .tick{font-size:10px;fill:#555}
-svg .axis-label{font-size:11px;fill:#333}svg .legend{font-size:11px;fill:#333}
-svg .axis{stroke:#444;stroke-width:1}svg .grid{stroke:#e6e6e6;stroke-width:1}
-svg .series{stroke-width:1.8}svg .current{stroke:#c9a800;stroke-dasharray:4 3;stroke-width:1.5}
-svg .guide{stroke-dasharray:6 3;stroke-width:1}svg .guide-label{font-size:10px}
-"""
+
+@functools.cache
+def environment() -> jinja2.Environment:
+    """The templates, loaded from the installed package (they ship as package data)."""
+    env = jinja2.Environment(loader=jinja2.PackageLoader("farm.report", "templates"),
+                             autoescape=True, undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True)
+    env.filters["when"] = _when
+    return env
+
+
+def render_plot(plot: Plot) -> str:
+    """One plot's SVG on its own, through the same macro the page uses."""
+    return str(environment().get_template("plot.html.j2").module.plot(plot))
 
 
 @dataclass(frozen=True)
@@ -91,62 +96,115 @@ class Cell:
     tests: list[str] = field(default_factory=list)
 
 
-# plot subject -> measure -> (device label, run index) -> Cell
-Trends = dict[object, dict[str, dict[tuple[str, int], Cell]]]
+# plot subject -> measure -> (device id, run id) -> Cell
+Trends = dict[object, dict[str, dict[tuple[int, str], Cell]]]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A run's status as shown: "passed" beside regressions would tell a reader that nothing
+    needs a look, so a passed run that regressed reads ``regressed``; notes never change it."""
+
+    recorded: str
+    regressions: int = 0
+    notes: int = 0
+
+    @property
+    def status(self) -> str:
+        return "regressed" if self.recorded == "passed" and self.regressions else self.recorded
+
+    @property
+    def detail(self) -> str:
+        return ", ".join(_count(n, word) for n, word in ((self.regressions, "regression"),
+                                                          (self.notes, "note")) if n)
+
+
+@dataclass
+class Section:
+    """One suite on one kind of device (real or emulated): its runs, the x axis of its plots."""
+
+    suite: str
+    emulated: bool
+    runs: list[dict]
+    current: int | None
+    bench: list[tuple[str, Plot]] = field(default_factory=list)  # (title, plot)
+    kernels: list[tuple[str, str, list[Plot]]] = field(default_factory=list)  # title, slug, plots
+
+    @property
+    def group(self) -> str:
+        return "emulated" if self.emulated else "real"
+
+    @property
+    def slug(self) -> str:
+        return f"{_slug(self.suite) or 'suite'}-{self.group}"
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "-", text).strip("-")
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def _when(t: float | None) -> str:
     return "" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t))
+
+
+def verdict(recorded: str, report) -> Verdict:
+    n = len(report.regressions)
+    return Verdict(recorded, n, len(report.flags) - n)
 
 
 def render_report(history: History, run_id: str | None, *, against: str = "baseline",
                   runs: int = DEFAULT_RUNS) -> str:
     """The whole page for ``run_id`` (an id, a unique prefix, ``latest`` or None for the
-    newest run); plots cover at most ``runs`` runs up to and including it."""
+    newest run); each suite's plots cover at most ``runs`` runs up to and including it."""
     run_id = resolve_run(history, run_id)
     doc = show_run(history, run_id)
-    report = analyse(history, run_id, against)
-    window = run_window(history, run_id, runs)
-    trends = load_trends(history, [r["id"] for r in window])
-    labels = sorted({d for subject in trends.values() for cells in subject.values()
-                     for d, _ in cells})
-    colours = {d: PALETTE[i % len(PALETTE)] for i, d in enumerate(labels)}
-    current = next(i for i, r in enumerate(window) if r["id"] == run_id)
-    r = doc["run"]
-    parts = [
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>farm report {escape(run_id)}</title><style>{CSS}</style></head><body>",
-        f'<h1>farm report: run <code id="run-id">{escape(run_id)}</code></h1>',
-        (f'<p class="meta">suite <code>{escape(r["suite"])}</code> · status '
-        f'<code>{escape(r["status"])}</code> · started {_when(r["started"])} UTC · revision '
-        f'<code>{escape((r["git_sha"] or "-")[:12])}{" (dirty)" if r["dirty"] else ""}</code>'
-        f" · generated {_when(time.time())} UTC</p>"),
-        _jobs_section(doc), _matrix_section(doc), _flags_section(report),
-        _runs_section(window, current),
-        # Bench first: a few plots, one per shape; the numeric cards are many.
-        _bench_section(trends, window, colours, current),
-        _numeric_section(trends, window, colours, current),
-        "</body></html>",
-    ]
-    return "\n".join(parts)
+    report = (analyse(history, run_id) if against in (None, "", "baseline")
+              else analyse(history, run_id, against))
+    run = doc["run"]
+    verdicts = {run_id: verdict(run["status"], report)}
+    sections = trend_sections(history, run_id, doc, runs, verdicts)
+    return environment().get_template(TEMPLATE).render(
+        run_id=run_id, run=run, verdict=verdicts[run_id],
+        revision=(run["git_sha"] or "-")[:12] + (" (dirty)" if run["dirty"] else ""),
+        generated=_when(time.time()), jobs=doc["jobs"], matrix=_matrix(doc),
+        legend=[CATEGORY_LOOK[k] for k in CATEGORIES], categories=CATEGORY_LOOK,
+        flags=[_flag_view(f) for f in report.flags],
+        comparisons=[_comparison_view(c) for c in report.comparisons],
+        sections=sections)
 
 
 # -- data ---------------------------------------------------------------------------------------
 
-def run_window(h: History, run_id: str, limit: int) -> list[dict]:
-    """The runs the plots span: ``limit`` runs started no later than ``run_id``, oldest first."""
+def comparable_runs(h: History, run_id: str, device_ids: list[int], limit: int
+                    ) -> dict[str, list[dict]]:
+    """Per suite, the last ``limit`` runs started no later than ``run_id`` that ran on one of
+    ``device_ids``, oldest first, each with the set of those devices it ran on."""
+    r, j = m.runs.c, m.jobs.c
+    out: dict[str, list[dict]] = {}
+    ran: dict[str, set[int]] = defaultdict(set)
     with h.engine.connect() as c:
-        started = c.execute(select(m.runs.c.started).where(m.runs.c.id == run_id)).scalar()
-        rows = c.execute(select(m.runs.c.id, m.runs.c.suite, m.runs.c.started, m.runs.c.status)
-                         .where((m.runs.c.started < started)
-                                | ((m.runs.c.started == started) & (m.runs.c.id <= run_id)))
-                         .order_by(m.runs.c.started.desc(), m.runs.c.id.desc())
-                         .limit(max(limit, 1))).mappings().all()
-    return [dict(x) for x in reversed(rows)]
+        started = c.execute(select(r.started).where(r.id == run_id)).scalar()
+        mine = (r.id.in_(select(j.run_id).where(j.device_id.in_(device_ids)))
+                & ((r.started < started) | ((r.started == started) & (r.id <= run_id))))
+        for suite in sorted(c.execute(select(r.suite).where(mine).distinct()).scalars()):
+            rows = c.execute(select(r.id, r.suite, r.started, r.status)
+                             .where(mine, r.suite == suite)
+                             .order_by(r.started.desc(), r.id.desc())
+                             .limit(max(limit, 1))).mappings().all()
+            out[suite] = [dict(x) for x in reversed(rows)]
+        ids = [x["id"] for runs in out.values() for x in runs]
+        for i in range(0, len(ids), 500):
+            for rid, dev in c.execute(select(j.run_id, j.device_id).where(
+                    j.run_id.in_(ids[i:i + 500]), j.device_id.in_(device_ids))):
+                ran[rid].add(dev)
+    for runs in out.values():
+        for x in runs:
+            x["devices"] = ran[x["id"]]
+    return out
 
 
 def _plot_key(sels: list[tuple]) -> PlotKey | None:
@@ -158,16 +216,15 @@ def _plot_key(sels: list[tuple]) -> PlotKey | None:
     return PlotKey(*(tuned or sels)[0])
 
 
-def load_trends(h: History, run_ids: list[str]) -> Trends:
+def load_trends(h: History, run_ids: list[str], device_ids: list[int]) -> Trends:
     """Per plot subject (a ``PlotKey``, or a bench test's node id), per measure, per (device,
-    run index): the values recorded. Reads only the plotted measures, through their index."""
-    index = {rid: i for i, rid in enumerate(run_ids)}
-    labels = {i: d["label"] for i, d in devices(h).items()}
+    run): the values recorded. Reads only the plotted measures, through their index."""
     q = (select(m.measurements.c.name, m.measurements.c.value, m.measurements.c.bound,
                 m.results.c.id, m.results.c.nodeid, m.jobs.c.run_id, m.jobs.c.device_id)
          .join(m.results, m.results.c.id == m.measurements.c.result_id)
          .join(m.jobs, m.jobs.c.id == m.results.c.job_id)
-         .where(m.jobs.c.run_id.in_(run_ids), m.measurements.c.name.in_(PLOT_MEASURES))
+         .where(m.jobs.c.run_id.in_(run_ids), m.jobs.c.device_id.in_(device_ids),
+                m.measurements.c.name.in_(PLOT_MEASURES))
          .order_by(m.results.c.id, m.measurements.c.id))
     with h.engine.connect() as c:
         rows = c.execute(q).all() if run_ids else []
@@ -179,180 +236,161 @@ def load_trends(h: History, run_ids: list[str]) -> Trends:
                                  .where(s.result_id.in_(ids[i:i + 500])).order_by(s.id)):
                 sels[row[0]].append(tuple(row[1:]))
     per_result: dict[int, dict[str, tuple[float | None, float | None]]] = defaultdict(dict)
-    where: dict[int, tuple[str, str, int]] = {}
+    where: dict[int, tuple[str, tuple[int, str]]] = {}
     for row in rows:
         per_result[row.id].setdefault(row.name, (row.value, row.bound))
-        where[row.id] = (row.nodeid, labels[row.device_id], index[row.run_id])
+        where[row.id] = (row.nodeid, (row.device_id, row.run_id))
     trends: Trends = defaultdict(lambda: defaultdict(lambda: defaultdict(Cell)))
     for rid, meas in per_result.items():
-        nodeid, label, x = where[rid]
+        nodeid, at = where[rid]
         key = _plot_key(sels.get(rid, []))
         if BENCH_MEASURE in meas:
-            _add(trends[("bench", key or nodeid)], BENCH_MEASURE, label, x,
-                 meas[BENCH_MEASURE][0], nodeid)
+            _add(trends[("bench", key or nodeid)], BENCH_MEASURE, at, meas[BENCH_MEASURE][0],
+                 nodeid)
         if key is None:
             continue
         for name in ULP_MEASURES:
             if name in meas:
-                _add(trends[key], name, label, x, meas[name][0], nodeid)
+                _add(trends[key], name, at, meas[name][0], nodeid)
         if "headroom" in meas:
-            _add(trends[key], "headroom", label, x, meas["headroom"][0], nodeid)
+            _add(trends[key], "headroom", at, meas["headroom"][0], nodeid)
         elif "deviation" in meas and meas["deviation"][1]:
             value = meas["deviation"][0]
-            _add(trends[key], "headroom", label, x,
+            _add(trends[key], "headroom", at,
                  None if value is None else value / meas["deviation"][1], nodeid)
     return trends
 
 
-def _add(measures: dict, name: str, label: str, x: int, value: float | None, test: str) -> None:
-    cell = measures[name][(label, x)]
+def _add(measures: dict, name: str, at: tuple[int, str], value: float | None, test: str) -> None:
+    cell = measures[name][at]
     cell.values.append(value)
     cell.tests.append(test)
 
 
-def _series(cells: dict[tuple[str, int], Cell], colours: dict[str, str]) -> list[Series]:
-    """One series per device; several values in one run plot as the worst (largest; a
-    non-finite one wins), the tooltip naming the tests."""
-    out: dict[str, Series] = {}
-    for (label, x), cell in sorted(cells.items()):
-        s = out.setdefault(label, Series(label, colours[label]))
+def series_names(devs: dict[int, dict]) -> dict[int, str]:
+    """A name per device variant; variants that share a label (one Mac under two MLX
+    versions) get the version, then the key, so no two series read the same."""
+    names = {d: dev["label"] for d, dev in devs.items()}
+    for extra in (lambda dev: f"MLX {dev['mlx_version']}", lambda dev: dev["variant_key"][:8]):
+        taken = defaultdict(list)
+        for d, name in names.items():
+            taken[name].append(d)
+        for same in (ds for ds in taken.values() if len(ds) > 1):
+            for d in same:
+                names[d] = f"{names[d]} · {extra(devs[d])}"
+    return names
+
+
+def _series(cells: dict[tuple[int, str], Cell], x_of: dict[str, int], devices: set[int],
+            names: dict[int, str], colours: dict[int, str]) -> list[Series]:
+    """One series per device variant, over the section's runs only; several values in one run
+    plot as the worst (largest; a non-finite one wins), the tooltip naming the tests."""
+    out: dict[int, Series] = {}
+    for (dev, run), cell in sorted(cells.items(), key=lambda kv: (names[kv[0][0]], kv[0][1])):
+        if dev not in devices or run not in x_of:
+            continue
+        s = out.setdefault(dev, Series(names[dev], colours[dev]))
+        x = x_of[run]
         finite = [v for v in cell.values if v is not None]
         s.points[x] = None if len(finite) < len(cell.values) else max(finite)
-        names = sorted({t.split("::")[-1] for t in cell.tests})
-        s.tips[x] = ", ".join(names[:3]) + (f" +{len(names) - 3}" if len(names) > 3 else "")
+        tests = sorted({t.split("::")[-1] for t in cell.tests})
+        s.tips[x] = ", ".join(tests[:3]) + (f" +{len(tests) - 3}" if len(tests) > 3 else "")
     return list(out.values())
 
 
-# -- sections -----------------------------------------------------------------------------------
+def trend_sections(h: History, run_id: str, doc: dict, limit: int,
+                   verdicts: dict[str, Verdict]) -> list[Section]:
+    """The run's own suite first, then every other suite its devices ran, each split into
+    real and emulated devices; ``verdicts`` gains the status shown for every run listed."""
+    devs = {j["device"]["id"]: j["device"] for j in doc["jobs"]}
+    windows = comparable_runs(h, run_id, list(devs), limit)
+    trends = load_trends(h, [x["id"] for runs in windows.values() for x in runs], list(devs))
+    names = series_names(devs)
+    colours = {d: PALETTE[i % len(PALETTE)] for i, d in enumerate(sorted(devs, key=names.get))}
+    sections = []
+    for suite in sorted(windows, key=lambda s: (s != doc["run"]["suite"], s)):
+        for emulated in (False, True):
+            mine = {d for d, dev in devs.items() if dev["emulated"] == emulated}
+            runs = [dict(x) for x in windows[suite] if x["devices"] & mine]
+            if not runs:
+                continue
+            for x in runs:
+                if x["id"] not in verdicts:
+                    verdicts[x["id"]] = verdict(x["status"], analyse(h, x["id"]))
+                x["verdict"] = verdicts[x["id"]]
+            current = next((i for i, x in enumerate(runs) if x["id"] == run_id), None)
+            section = Section(suite, emulated, runs, current)
+            _plots(section, trends, mine, names, colours)
+            sections.append(section)
+    return sections
 
-def _chip(cat: str, n: int) -> str:
-    name, colour = CATEGORY_LOOK.get(cat, (cat, "#666"))
-    return (f'<span class="chip cat-{escape(cat)}" style="background:{colour}" '
-            f'title="{escape(name)}">{n} {escape(name)}</span>')
+
+def _plots(section: Section, trends: Trends, devices: set[int], names: dict[int, str],
+           colours: dict[int, str]) -> None:
+    cats = [f"#{i + 1}" for i in range(len(section.runs))]
+    x_runs = [x["id"] for x in section.runs]
+    x_of = {rid: i for i, rid in enumerate(x_runs)}
+    common = {"x_runs": x_runs, "highlight": section.current,
+              "data": {"suite": section.suite, "devices": section.group}}
+
+    def plot(kind: str, slug: str, title: str, cells: dict, **kw) -> Plot | None:
+        series = _series(cells, x_of, devices, names, colours)
+        return line_plot(f"{kind}-{slug}--{section.slug}", title, cats, series, kind=kind,
+                         **common, **kw) if series else None
+
+    # Bench first: a few plots, one per shape; the numeric cards are many.
+    for subject in sorted((k for k in trends if isinstance(k, tuple)), key=lambda k: str(k[1])):
+        target = subject[1]
+        title = target.title if isinstance(target, PlotKey) else target.split("::")[-1]
+        slug = target.slug if isinstance(target, PlotKey) else _slug(title)
+        p = plot("bench", slug, f"{BENCH_MEASURE} (M=8 verify path)",
+                 trends[subject][BENCH_MEASURE], y_label="rows/s")
+        if p is not None:
+            section.bench.append((title, p))
+    for key in sorted((k for k in trends if isinstance(k, PlotKey)),
+                      key=lambda k: (k.K, k.N, k.M, k.dtype, k.variant)):
+        measures = trends[key]
+        plots = []
+        if (ulps := next((n for n in ULP_MEASURES if n in measures), None)) is not None:
+            plots.append(plot("ulps", key.slug, f"deviation in ulps ({ulps})", measures[ulps],
+                              y_label="ulps"))
+        if "headroom" in measures:
+            plots.append(plot("headroom", key.slug, "headroom (deviation / bound)",
+                              measures["headroom"], y_label="fraction of bound",
+                              guides=tuple(Guide(lv, f"{lv}") for lv in HEADROOM_LEVELS)))
+        if plots := [p for p in plots if p is not None]:
+            section.kernels.append((key.title, f"{key.slug}--{section.slug}", plots))
 
 
-def _counts_html(counts: dict[str, int]) -> str:
-    return " ".join(_chip(c, counts[c]) for c in CATEGORY_LOOK if counts.get(c)) or "-"
+# -- views --------------------------------------------------------------------------------------
 
-
-def _jobs_section(doc: dict) -> str:
-    rows = []
-    for j in doc["jobs"]:
-        d = j["device"]
-        rows.append(f"<tr><td>{escape(d['label'])}</td><td><code>{escape(d['variant_key'])}"
-                    f"</code></td><td>{escape(d['chip'])}</td><td>{escape(d['mlx_version'])}"
-                    f"</td><td>{escape(j['status'])}</td><td>{j['attempts']}</td>"
-                    f"<td>{_counts_html(j['counts'])}</td>"
-                    f"<td>{escape((j['error'] or '')[:200])}</td></tr>")
-    return ('<h2>Devices</h2><table id="jobs" data-testid="jobs"><tr><th>device</th>'
-            "<th>variant</th><th>chip</th><th>MLX</th><th>job status</th><th>attempts</th>"
-            "<th>results</th><th>error</th></tr>" + "".join(rows) + "</table>")
-
-
-def _matrix_section(doc: dict) -> str:
+def _matrix(doc: dict) -> list[dict]:
     """Rows are tests, columns devices; a cell is coloured by its worst category and lists
     the count of every category present (one test id covers all its parametrizations)."""
-    legend = " ".join(f'<span class="chip" style="background:{c}">{escape(n)}</span>'
-                      for n, c in (CATEGORY_LOOK[k] for k in CATEGORIES))
-    head = "".join(f"<th>{escape(j['device']['label'])}</th>" for j in doc["jobs"])
     rows = []
     for row in doc["matrix"]:
         cells = []
         for j in doc["jobs"]:
             counts = row["cells"].get(str(j["id"]), {})
             worst = next((c for c in CATEGORY_LOOK if counts.get(c)), None)
-            if worst is None:
-                cells.append('<td class="cell empty">not run</td>')
-                continue
-            chips = " ".join(f'<span class="chip">{counts[c]} {escape(CATEGORY_LOOK[c][0])}'
-                             f"</span>" for c in CATEGORY_LOOK if counts.get(c))
-            cells.append(f'<td class="cell cat-{worst}" data-category="{worst}" '
-                         f'style="background:{CATEGORY_LOOK[worst][1]}">{chips}</td>')
-        rows.append(f'<tr><td class="test">{escape(row["test_id"])}</td>{"".join(cells)}</tr>')
-    return ('<h2>Device x test matrix</h2><p class="legend" data-testid="legend">'
-            f"{legend}</p>"
-            f'<table id="matrix" data-testid="matrix"><tr><th>test</th>{head}</tr>'
-            + "".join(rows) + "</table>")
+            cells.append(None if worst is None else {
+                "worst": worst, "colour": CATEGORY_LOOK[worst][1],
+                "chips": [(counts[c], CATEGORY_LOOK[c][0]) for c in CATEGORY_LOOK
+                          if counts.get(c)]})
+        rows.append({"test_id": row["test_id"], "cells": cells})
+    return rows
 
 
-def _flags_section(report: Report) -> str:
-    comps = "".join(f"<li>{escape(c.device)} <code>{escape(c.variant_key)}</code>: "
-                    + (f"against run <code>{escape(c.against)}</code> ({escape(c.why)})"
-                       if c.against else escape(c.why)) + "</li>" for c in report.comparisons)
-    n = len(report.regressions)
-    summary = (f"{n} regression(s), {len(report.flags) - n} note(s)" if report.flags
-               else "no flags: nothing regressed")
-    out = ["<h2>Regression flags</h2>", f"<ul>{comps}</ul>",
-           (f'<p class="{"" if report.flags else "none"}" id="flag-summary">'
-           f"{escape(summary)}</p>")]
-    if report.flags:
-        rows = "".join(
-            f'<tr class="flag" data-kind="{escape(f.kind)}" data-severity="{escape(f.severity)}">'
-            f'<td><span class="sev" style="background:{SEVERITY_COLOUR[f.severity]}">'
-            f"{escape(f.severity)}</span></td><td>{escape(f.kind)}</td>"
-            f"<td>{escape(f.device)}</td><td class=\"test\">{escape(f.subject)}</td>"
-            f'<td class="evidence">{escape(f.evidence)}</td>'
-            f"<td>{escape(f.against or 'within the run')}</td></tr>" for f in report.flags)
-        out.append('<table id="flags" data-testid="flags"><tr><th>severity</th><th>kind</th>'
-                   "<th>device</th><th>subject</th><th>evidence</th><th>compared with</th>"
-                   f"</tr>{rows}</table>")
-    return "".join(out)
+def _flag_view(f) -> dict:
+    """Only the fields every version of ``Flag`` has, read leniently: the analyser grows."""
+    return {"kind": f.kind, "severity": f.severity, "device": f.device, "subject": f.subject,
+            "evidence": f.evidence, "colour": SEVERITY_COLOUR.get(f.severity, "#666"),
+            "regression": f.severity != "note",
+            "against": getattr(f, "against", None) or "within the run"}
 
 
-def _runs_section(window: list[dict], current: int) -> str:
-    rows = "".join(
-        f'<tr class="{"current-run" if i == current else ""}"><td>#{i + 1}</td>'
-        f"<td><code>{escape(r['id'])}</code></td><td>{escape(r['suite'])}</td>"
-        f"<td>{_when(r['started'])}</td><td>{escape(r['status'])}</td></tr>"
-        for i, r in enumerate(window))
-    return ("<h2>Runs in the plots</h2><p class=\"meta\">x axis of every plot: these runs in "
-            "time order, up to this run (highlighted, dashed line in the plots).</p>"
-            '<table id="runs"><tr><th>x</th><th>run</th><th>suite</th><th>started (UTC)</th>'
-            f"<th>status</th></tr>{rows}</table>")
-
-
-def _numeric_section(trends: Trends, window: list[dict], colours: dict[str, str],
-                     current: int) -> str:
-    cats = [f"#{i + 1}" for i in range(len(window))]
-    keys = sorted((k for k in trends if isinstance(k, PlotKey)),
-                  key=lambda k: (k.K, k.N, k.M, k.dtype, k.variant))
-    cards = []
-    for key in keys:
-        measures = trends[key]
-        ulps = next((n for n in ULP_MEASURES if n in measures), None)
-        plots = []
-        if ulps is not None:
-            plots.append(line_plot(f"ulps-{key.slug}", f"deviation in ulps ({ulps})", cats,
-                                   _series(measures[ulps], colours), y_label="ulps",
-                                   kind="ulps", highlight=current))
-        if "headroom" in measures:
-            plots.append(line_plot(
-                f"headroom-{key.slug}", "headroom (deviation / bound)", cats,
-                _series(measures["headroom"], colours), y_label="fraction of bound",
-                kind="headroom", highlight=current,
-                guides=tuple(Guide(lv, f"{lv}") for lv in sorted(HEADROOM_LEVELS))))
-        if plots:
-            cards.append(f'<div class="card" data-testid="kernel-card" id="kernel-{key.slug}">'
-                         f"<h3>{escape(key.title)}</h3>{''.join(plots)}</div>")
-    body = "".join(cards) or "<p>no deviation or headroom measurements in these runs</p>"
-    return ("<h2>Deviation and headroom per kernel and shape</h2><p class=\"meta\">One series "
-            "per device; several tests on one kernel in one run plot as the largest value.</p>"
-            f'<div class="cards">{body}</div>')
-
-
-def _bench_section(trends: Trends, window: list[dict], colours: dict[str, str],
-                   current: int) -> str:
-    cats = [f"#{i + 1}" for i in range(len(window))]
-    subjects = sorted((k for k in trends if isinstance(k, tuple)), key=lambda k: str(k[1]))
-    cards = []
-    for subject in subjects:
-        target = subject[1]
-        title = target.title if isinstance(target, PlotKey) else target.split("::")[-1]
-        slug = target.slug if isinstance(target, PlotKey) else _slug(title)
-        svg = line_plot(f"bench-{slug}", f"{BENCH_MEASURE} (M=8 verify path)", cats,
-                        _series(trends[subject][BENCH_MEASURE], colours), y_label="rows/s",
-                        kind="bench", highlight=current)
-        cards.append(f'<div class="card" data-testid="bench-card"><h3>{escape(title)}</h3>'
-                     f"{svg}</div>")
-    body = "".join(cards) or "<p>no bench results (rows_per_s) in these runs</p>"
-    return f'<h2>Bench throughput</h2><div class="cards">{body}</div>'
+def _comparison_view(c) -> dict:
+    """A comparison without a run to compare with shows why (e.g. no comparable earlier
+    run), so a device with no flags is not mistaken for one that was checked."""
+    return {"device": c.device, "variant_key": getattr(c, "variant_key", "") or "",
+            "against": c.against, "why": c.why or ""}

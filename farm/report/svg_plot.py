@@ -1,17 +1,22 @@
-"""Line plots as inline SVG text, so an HTML report needs no JavaScript and no external file.
+"""Line plots laid out as numbers for ``templates/plot.html.j2``, which draws them as inline SVG.
 
-The x axis is categorical (runs in time order, shared by every plot of a report so plots line
-up); each series is one device. Every point is a ``<circle class="point">`` with ``data-*``
-attributes and a ``<title>`` tooltip, which is what a person hovers and what a test counts.
-A ``None`` value is a non-finite measurement: it is drawn as a red cross on the top edge rather
-than dropped, because "the deviation became NaN" is the most important point on the plot.
+Inline SVG, so an HTML report needs no JavaScript and no external file. The layout (pixels,
+ticks, tooltips) is computed here and the markup lives in the template, so every string that
+reaches the page (device names, test ids in tooltips) goes through Jinja's autoescape and none
+is spliced into markup by hand.
+
+The x axis is categorical: the comparable runs of one suite in time order (``x_runs`` names
+them, so a reader or a test can tell which runs a plot spans); each series is one device
+variant. Every point carries ``data-*`` attributes and a tooltip, which is what a person hovers
+and what a test counts. A ``None`` value is a non-finite measurement: it is drawn as a red cross
+on the top edge rather than dropped, because "the deviation became NaN" is the most important
+point on the plot.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from html import escape
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b",
            "#e377c2", "#7f7f7f", "#bcbd22")
@@ -38,6 +43,51 @@ class Guide:
     color: str = "#b36b00"
 
 
+@dataclass(frozen=True)
+class Point:
+    series: str
+    color: str
+    x: str  # the category label, e.g. "#3"
+    run: str  # the run id behind the category ("" when the plot has none)
+    y: str  # repr of the value, or "nan"
+    cx: str
+    cy: str
+    cross: str  # the path of the red cross a non-finite point is drawn as
+    tip: str
+    nonfinite: bool
+
+
+@dataclass
+class Plot:
+    """Everything the template needs, already in pixels and strings."""
+
+    id: str
+    title: str
+    kind: str
+    width: int
+    height: int
+    x0: int
+    x1: int
+    y0: int
+    y1: int
+    x_label: str
+    y_label: str
+    data: dict[str, str]  # extra data-* attributes of the <svg>
+    y_ticks: list[tuple[str, str, str]] = field(default_factory=list)  # (y, label y, label)
+    x_ticks: list[tuple[str, str | None]] = field(default_factory=list)  # (pixel x, label)
+    highlight: str | None = None  # pixel x of the dashed line for the report's run
+    guides: list[tuple[str, str, str, str]] = field(default_factory=list)  # y, label y, ...
+    lines: list[tuple[str, str, str]] = field(default_factory=list)  # (series, colour, points)
+    points: list[Point] = field(default_factory=list)
+    # (box x, box y, text x, text y, colour, name)
+    legend: list[tuple[str, str, str, str, str, str]] = field(default_factory=list)
+
+    @property
+    def centre(self) -> tuple[str, str]:
+        """The middle of the plot area: where the axis labels go."""
+        return f"{(self.x0 + self.x1) / 2:g}", f"{(self.y0 + self.y1) / 2:g}"
+
+
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     """Round tick values (1, 2, 5 x 10^k steps) covering [lo, hi]."""
     if not (math.isfinite(lo) and math.isfinite(hi)) or hi <= lo:
@@ -59,9 +109,13 @@ def fmt(v: float) -> str:
 
 def line_plot(plot_id: str, title: str, categories: list[str], series: list[Series], *,
               y_label: str, x_label: str = "run", kind: str = "", highlight: int | None = None,
-              guides: tuple[Guide, ...] = (), width: int = 440, height: int = 210) -> str:
-    """One SVG line plot. ``categories`` name the x positions; ``highlight`` marks one of them
-    (the run the report is about) with a dashed line."""
+              guides: tuple[Guide, ...] = (), x_runs: list[str] | None = None,
+              data: dict[str, str] | None = None, width: int = 440, height: int = 210) -> Plot:
+    """One plot's layout. ``categories`` name the x positions and ``x_runs`` the run behind
+    each; ``highlight`` marks one of them (the run the report is about) with a dashed line."""
+    runs = list(x_runs) if x_runs is not None else [""] * len(categories)
+    if len(runs) != len(categories):
+        raise ValueError(f"{len(categories)} categories but {len(runs)} runs")
     x0, x1 = MARGIN_L, width - MARGIN_R
     # Two legend entries a row when the names fit in half the width, else one.
     cols = 2 if max((len(s.name) for s in series), default=0) * 6.5 + 16 < (x1 - x0) / 2 else 1
@@ -80,66 +134,33 @@ def line_plot(plot_id: str, title: str, categories: list[str], series: list[Seri
     def py(v: float) -> float:
         return y0 - (y0 - y1) * (v - t_lo) / (t_hi - t_lo)
 
-    out = [(f'<svg xmlns="http://www.w3.org/2000/svg" id="{escape(plot_id)}" '
-            f'data-testid="plot" data-kind="{escape(kind)}" class="plot" role="img" '
-            f'viewBox="0 0 {width} {total_h}" width="{width}" height="{total_h}" '
-            f'aria-label="{escape(title)}">'),
-           f"<title>{escape(title)}</title>",
-           (f'<text class="plot-title" x="{width / 2}" y="16" text-anchor="middle">'
-            f"{escape(title)}</text>")]
-    for t in ticks:
-        y = py(t)
-        out.append(f'<line class="grid" x1="{x0}" x2="{x1}" y1="{y:.1f}" y2="{y:.1f}"/>'
-                   f'<text class="tick" x="{x0 - 5}" y="{y + 3.5:.1f}" text-anchor="end">'
-                   f"{escape(fmt(t))}</text>")
+    attrs = {f"data-{k}": str(v) for k, v in (data or {}).items()}
+    plot = Plot(plot_id, title, kind, width, total_h, x0, x1, y0, y1, x_label, y_label,
+                attrs | {"data-x-runs": " ".join(runs)})
+    plot.y_ticks = [(f"{py(t):.1f}", f"{py(t) + 3.5:.1f}", fmt(t)) for t in ticks]
     step = max(1, math.ceil(len(categories) / 12))
-    for i, cat in enumerate(categories):
-        x = px(i)
-        out.append(f'<line class="axis" x1="{x:.1f}" x2="{x:.1f}" y1="{y0}" y2="{y0 + 4}"/>')
-        if i % step == 0 or i == len(categories) - 1:
-            out.append(f'<text class="tick" x="{x:.1f}" y="{y0 + 15}" text-anchor="middle">'
-                       f"{escape(cat)}</text>")
+    plot.x_ticks = [(f"{px(i):.1f}", cat if i % step == 0 or i == len(categories) - 1 else None)
+                    for i, cat in enumerate(categories)]
     if highlight is not None and 0 <= highlight < len(categories):
-        x = px(highlight)
-        out.append(f'<line class="current" x1="{x:.1f}" x2="{x:.1f}" y1="{y1}" y2="{y0}">'
-                   f"<title>the run this report is about</title></line>")
-    for g in guides:
-        y = py(g.y)
-        out.append(f'<line class="guide" x1="{x0}" x2="{x1}" y1="{y:.1f}" y2="{y:.1f}" '
-                   f'stroke="{g.color}"/><text class="guide-label" x="{x1 - 2}" '
-                   f'y="{y - 3:.1f}" text-anchor="end" fill="{g.color}">{escape(g.label)}</text>')
-    out.append(f'<line class="axis" x1="{x0}" x2="{x1}" y1="{y0}" y2="{y0}"/>'
-               f'<line class="axis" x1="{x0}" x2="{x0}" y1="{y1}" y2="{y0}"/>'
-               f'<text class="axis-label" x="{(x0 + x1) / 2}" y="{y0 + 32}" '
-               f'text-anchor="middle">{escape(x_label)}</text>'
-               f'<text class="axis-label" transform="translate(14 {(y0 + y1) / 2}) rotate(-90)" '
-               f'text-anchor="middle">{escape(y_label)}</text>')
+        plot.highlight = f"{px(highlight):.1f}"
+    plot.guides = [(f"{py(g.y):.1f}", f"{py(g.y) - 3:.1f}", g.label, g.color) for g in guides]
     for k, s in enumerate(series):
         # Devices that agree exactly would hide each other: spread them a few pixels apart.
         dodge = (k - (len(series) - 1) / 2) * 4.0
         pts = sorted(s.points.items())
-        run = [f"{px(i, dodge):.1f},{py(v):.1f}" for i, v in pts if v is not None]
-        if len(run) > 1:
-            out.append(f'<polyline class="series" data-series="{escape(s.name)}" fill="none" '
-                       f'stroke="{s.color}" points="{" ".join(run)}"/>')
+        line = [f"{px(i, dodge):.1f},{py(v):.1f}" for i, v in pts if v is not None]
+        if len(line) > 1:
+            plot.lines.append((s.name, s.color, " ".join(line)))
         for i, v in pts:
             tip = f"{s.name} · {categories[i]}: {'non-finite' if v is None else fmt(v)}"
             tip += f" ({s.tips[i]})" if s.tips.get(i) else ""
-            x = px(i, dodge)
-            attrs = (f'data-series="{escape(s.name)}" data-x="{escape(categories[i])}" '
-                     f'data-y="{"nan" if v is None else repr(v)}"')
-            if v is None:
-                out.append(f'<g class="point nonfinite" {attrs}><title>{escape(tip)}</title>'
-                           f'<path d="M{x - 4:.1f},{y1 - 4} l8,8 m0,-8 l-8,8" '
-                           f'stroke="#d00" stroke-width="2"/></g>')
-            else:
-                out.append(f'<circle class="point" {attrs} cx="{x:.1f}" cy="{py(v):.1f}" '
-                           f'r="3.5" fill="{s.color}"><title>{escape(tip)}</title></circle>')
+            x, y = px(i, dodge), y1 if v is None else py(v)
+            plot.points.append(Point(s.name, s.color, categories[i], runs[i],
+                                     "nan" if v is None else repr(v), f"{x:.1f}", f"{y:.1f}",
+                                     f"M{x - 4:.1f},{y - 4:.1f} l8,8 m0,-8 l-8,8", tip,
+                                     v is None))
     for k, s in enumerate(series):
-        lx = x0 + (k % cols) * (x1 - x0) / 2
-        ly = height + LEGEND_ROW * (k // cols) + 4
-        out.append(f'<g class="legend-item"><rect x="{lx:.1f}" y="{ly}" width="10" '
-                   f'height="10" fill="{s.color}"/><text class="legend" x="{lx + 14:.1f}" '
-                   f'y="{ly + 9}">{escape(s.name)}</text></g>')
-    out.append("</svg>")
-    return "\n".join(out)
+        lx, ly = x0 + (k % cols) * (x1 - x0) / 2, height + LEGEND_ROW * (k // cols) + 4
+        plot.legend.append((f"{lx:.1f}", str(ly), f"{lx + 14:.1f}", str(ly + 9), s.color,
+                            s.name))
+    return plot
