@@ -1,48 +1,88 @@
-"""The revision a locally recorded run tested: git sha, dirty flag, hash of the shipped tree.
+"""The revision a run tested: git sha, dirty flag, and one hash of the tree that ran.
 
-The tree hash covers the shipped sources themselves, so two dirty checkouts of one sha that
-differ are told apart, and a run from an installed (non-git) copy still has an identity.
+One algorithm everywhere: `farm run` (which ships this tree to its devices, `farm.fleet.
+shipping`) and a local `pytest --farm-db` record the same ``tree_hash`` for the same checkout,
+so their runs can be told to be of the same source. The hash covers the files themselves, so two
+dirty checkouts of one sha that differ are told apart, and a run from a copy without git still
+has an identity.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import subprocess
 from pathlib import Path
 
-SHIPPED = ("dflash2", "kernels", "suites", "farm", "db")
-SUFFIXES = {".py", ".metal", ".cu", ".toml", ".txt", ".json", ".mako", ".ini"}
+# gitignore-style patterns (also Ray's `excludes`): VCS data, virtualenvs, databases, output.
+EXCLUDES = [".git", ".venv", "venv", "*.db", "*.db-wal", "*.db-shm", "*.sqlite",
+            "__pycache__", "*.pyc", "bench/results", ".pytest_cache", ".ruff_cache",
+            "*.egg-info", ".wheels", "wheels"]
+# Outside a checkout (an installed copy), only the project's own packages are the tree.
+PACKAGES = ("dflash2", "kernels", "suites", "farm", "db")
+PROJECT_MARKER = 'name = "dflash2-farm"'
 
 
-def tree_hash(root: Path) -> str:
-    h = hashlib.sha256()
-    for top in SHIPPED:
-        base = root / top
-        if not base.is_dir():
-            continue
-        for f in sorted(p for p in base.rglob("*") if p.suffix in SUFFIXES and p.is_file()
-                        and "__pycache__" not in p.parts):
-            h.update(f.relative_to(root).as_posix().encode() + b"\0")
-            h.update(hashlib.sha256(f.read_bytes()).digest())
-    return h.hexdigest()[:16]
+def is_checkout(d: Path) -> bool:
+    try:
+        return PROJECT_MARKER in (d / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        return False
 
 
 def _git(root: Path, *args: str) -> str | None:
     try:
-        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
-                             timeout=10, check=True)
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
+                              timeout=20, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout
+
+
+def _excluded(rel: str) -> bool:
+    parts = rel.split("/")
+    for pat in EXCLUDES:
+        if "/" in pat:
+            if rel == pat or rel.startswith(pat + "/"):
+                return True
+        elif any(fnmatch.fnmatch(p, pat) for p in parts):
+            return True
+    return False
+
+
+def tree_files(root: Path) -> list[str]:
+    """Relative paths of the tree's files: git's view (tracked + untracked not ignored) in a git
+    checkout; else every file of a checkout, or the project's packages of an installed copy;
+    minus EXCLUDES."""
+    listed = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    if listed is not None:
+        names = [n for n in listed.split("\0") if n]
+    else:
+        tops = [root] if is_checkout(root) or not any((root / p).is_dir() for p in PACKAGES) \
+            else [root / p for p in PACKAGES if (root / p).is_dir()]
+        names = [p.relative_to(root).as_posix() for top in tops for p in top.rglob("*")
+                 if p.is_file()]
+    return sorted(n for n in set(names) if not _excluded(n) and (root / n).is_file())
+
+
+def tree_hash(root: Path, files: list[str] | None = None) -> str:
+    """sha256 (64 hex digits) over each file's path and content digest, in path order."""
+    h = hashlib.sha256()
+    for rel in tree_files(root) if files is None else files:
+        h.update(rel.encode() + b"\0")
+        h.update(hashlib.sha256((root / rel).read_bytes()).digest())
+    return h.hexdigest()
 
 
 def current_revision(root: Path | None = None) -> dict:
-    """{git_sha, dirty, tree_hash} of the source tree ``root`` (default: this package's)."""
+    """{git_sha, dirty, tree_hash, files} of the source tree ``root`` (default: this package's).
+    Untracked files count as dirty: they are part of the tree that ran."""
     root = root or Path(__file__).resolve().parent.parent
+    files = tree_files(root)
     sha = _git(root, "rev-parse", "HEAD")
-    status = _git(root, "status", "--porcelain", "--untracked-files=no") if sha else None
+    status = _git(root, "status", "--porcelain") if sha else None
     return {
         "git_sha": sha.strip() if sha else None,
         "dirty": None if status is None else bool(status.strip()),
-        "tree_hash": tree_hash(root),
+        "tree_hash": tree_hash(root, files),
+        "files": len(files),
     }

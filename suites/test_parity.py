@@ -8,6 +8,7 @@ import pytest
 
 from dflash2.quant import resolve_draft_spec
 from dflash2.verify import DraftQuantizedLinear, VerifyQuantizedLinear, custom_verifier
+from kernels.recorder import reference
 from kernels.ulps import scaled_ulps
 from suites import support
 from suites.bounds import deviation_bound
@@ -65,7 +66,8 @@ def test_wrapper_bit_exact_with_raw_dispatch(op, dtype, measure):
     c = support.case(op, dtype)
     wrapper = VerifyQuantizedLinear(support.as_layer(c), op, support.device(), columns_of=c.n)
     y_wrapped = wrapper(c.rows(8)[None])[0]  # (1, 8, K): the batch shape a model passes
-    y_raw = support.verify_path(c, 8)
+    with reference():  # the raw dispatch is what the wrapper is held against
+        y_raw = support.verify_path(c, 8)
     assert mx.array_equal(y_wrapped, y_raw).item(), f"{op} {dtype}: wrapper != raw dispatch"
     measure.record("deviation", 0.0, "abs", 0.0)
 
@@ -74,7 +76,7 @@ def test_wrapper_bit_exact_with_raw_dispatch(op, dtype, measure):
 def test_verifier_off_equals_stock(op, dtype, measure):
     c = support.case(op, dtype)
     wrapper = VerifyQuantizedLinear(support.as_layer(c), op, support.device(), columns_of=c.n)
-    with custom_verifier(False):
+    with custom_verifier(False), reference():  # switched off on purpose: not the path under test
         off = wrapper(c.rows(8))
     assert mx.array_equal(off, support.stock(c, 8)).item(), f"{op} {dtype}: off != stock"
     assert all(s.reason == "fallback:disabled" for s in measure.selections)

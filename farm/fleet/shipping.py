@@ -9,46 +9,36 @@ checkouts of one commit are told apart.
 from __future__ import annotations
 
 import contextlib
-import fnmatch
-import hashlib
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from db.revision import EXCLUDES, current_revision, is_checkout, tree_files
 from farm.errors import EXIT_USAGE, FarmError
-
-# gitignore-style patterns (Ray's `excludes`): VCS data, virtualenvs, databases, bench output.
-EXCLUDES = [".git", ".venv", "venv", "*.db", "*.db-wal", "*.db-shm", "*.sqlite",
-            "__pycache__", "*.pyc", "bench/results", ".pytest_cache", ".ruff_cache",
-            "*.egg-info", ".wheels", "wheels"]
-PROJECT_MARKER = 'name = "dflash2-farm"'
-
-
-def _is_checkout(d: Path) -> bool:
-    try:
-        return PROJECT_MARKER in (d / "pyproject.toml").read_text(encoding="utf-8")
-    except OSError:
-        return False
 
 
 def find_root(start: Path | None = None) -> Path:
     """The checkout to ship: the one around ``start`` (the cwd), else this package's own."""
     start = (start or Path.cwd()).resolve()
     for d in (start, *start.parents):
-        if _is_checkout(d):
+        if is_checkout(d):
             return d
     here = Path(__file__).resolve().parent.parent
-    if _is_checkout(here):
+    if is_checkout(here):
         return here
     raise FarmError(f"no dflash2-farm checkout at or above {start}: run farm from the "
                     f"repository so its tree can be shipped", EXIT_USAGE)
 
 
-def runtime_env(staged: Path) -> dict:
-    """The job-level runtime_env for ``ray.init``: working dir = a ``staged`` copy."""
-    return {"working_dir": str(staged), "excludes": list(EXCLUDES)}
+def runtime_env(staged: Path, env: dict[str, str] | None = None) -> dict:
+    """The job-level runtime_env for ``ray.init``: working dir = a ``staged`` copy, and the
+    run's ``DFLASH2_*`` variables (`dflash2.runtime_context.dispatch_env`) set on every worker,
+    so they reach devices that do not share the driver's environment."""
+    out: dict = {"working_dir": str(staged), "excludes": list(EXCLUDES)}
+    if env:
+        out["env_vars"] = dict(env)
+    return out
 
 
 @contextlib.contextmanager
@@ -70,49 +60,12 @@ def staged_tree(root: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _git(root: Path, *args: str) -> str | None:
-    try:
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True,
-                              timeout=20, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def _excluded(rel: str) -> bool:
-    parts = rel.split("/")
-    for pat in EXCLUDES:
-        if "/" in pat:
-            if rel == pat or rel.startswith(pat + "/"):
-                return True
-        elif any(fnmatch.fnmatch(p, pat) for p in parts):
-            return True
-    return False
-
-
 def shipped_files(root: Path) -> list[str]:
-    """Relative paths of the files that travel: git's view (tracked + untracked not ignored,
-    as Ray honours .gitignore) when ``root`` is a git checkout, else a walk; minus EXCLUDES."""
-    listed = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
-    if listed is not None:
-        names = [n for n in listed.split("\0") if n]
-    else:
-        names = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
-    return sorted(n for n in set(names) if not _excluded(n) and (root / n).is_file())
+    """The files that travel: the same list the tree hash covers (`db.revision.tree_files`)."""
+    return tree_files(root)
 
 
 def revision(root: Path) -> dict:
-    """{git_sha, dirty, tree_hash, files} of the tree shipped from ``root``."""
-    h = hashlib.sha256()
-    files = shipped_files(root)
-    for rel in files:
-        h.update(rel.encode() + b"\0")
-        h.update(hashlib.sha256((root / rel).read_bytes()).digest())
-    sha = _git(root, "rev-parse", "HEAD")
-    status = _git(root, "status", "--porcelain") if sha else None
-    return {
-        "git_sha": sha.strip() if sha else None,
-        "dirty": None if status is None else bool(status.strip()),
-        "tree_hash": h.hexdigest(),
-        "files": len(files),
-        "root": str(root),
-    }
+    """{git_sha, dirty, tree_hash, files, root} of the tree shipped from ``root``: the same
+    algorithm a local `pytest --farm-db` records (`db.revision.current_revision`)."""
+    return {**current_revision(root), "root": str(root)}
