@@ -456,7 +456,11 @@ def test_the_package_ships_the_templates_that_render(tmp_path: Path) -> None:
     shipped = importlib.resources.files("farm.report").joinpath("templates")
     names = sorted(p.name for p in shipped.iterdir() if p.name.endswith(".html.j2"))
     assert "report.html.j2" in names
-    assert sorted(html.environment().list_templates()) == names
+    env = html.environment()
+    assert sorted(env.list_templates()) == names
+    with importlib.resources.as_file(shipped) as folder:
+        for name in names:  # the renderer reads these very files
+            assert Path(env.get_template(name).filename).samefile(folder / name)
 
     tree = tmp_path / "tree"
     tree.mkdir()

@@ -56,7 +56,9 @@ TEMPLATE = "report.html.j2"
 
 @functools.cache
 def environment() -> jinja2.Environment:
-    """The templates, loaded from the installed package (they ship as package data)."""
+    """Loaded through the package, so an installed farm renders from the templates it ships
+    as package data, not from a checkout; cached because they cannot change under a running
+    process. StrictUndefined: a misspelt field fails the tests instead of leaving a blank."""
     env = jinja2.Environment(loader=jinja2.PackageLoader("farm.report", "templates"),
                              autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True)
@@ -65,7 +67,8 @@ def environment() -> jinja2.Environment:
 
 
 def render_plot(plot: Plot) -> str:
-    """One plot's SVG on its own, through the same macro the page uses."""
+    """One plot on its own, through the macro the page uses, so a chart checked alone is
+    drawn exactly as on the page."""
     return str(environment().get_template("plot.html.j2").module.plot(plot))
 
 
@@ -182,7 +185,9 @@ def render_report(history: History, run_id: str | None, *, against: str = "basel
 def comparable_runs(h: History, run_id: str, device_ids: list[int], limit: int
                     ) -> dict[str, list[dict]]:
     """Per suite, the last ``limit`` runs started no later than ``run_id`` that ran on one of
-    ``device_ids``, oldest first, each with the set of those devices it ran on."""
+    ``device_ids``, oldest first, each with the set of those devices it ran on. Only these
+    are comparable: another suite runs other tests, and a run after the one reported on would
+    put its future into an old report."""
     r, j = m.runs.c, m.jobs.c
     out: dict[str, list[dict]] = {}
     ran: dict[str, set[int]] = defaultdict(set)
@@ -301,7 +306,9 @@ def _series(cells: dict[tuple[int, str], Cell], x_of: dict[str, int], devices: s
 def trend_sections(h: History, run_id: str, doc: dict, limit: int,
                    verdicts: dict[str, Verdict]) -> list[Section]:
     """The run's own suite first, then every other suite its devices ran, each split into
-    real and emulated devices; ``verdicts`` gains the status shown for every run listed."""
+    real and emulated devices, because an emulated device's numbers are never judged against
+    a real one's. ``verdicts`` gains the status shown for every run listed: a runs table that
+    read "passed" for a run that regressed would repeat the error the header avoids."""
     devs = {j["device"]["id"]: j["device"] for j in doc["jobs"]}
     windows = comparable_runs(h, run_id, list(devs), limit)
     trends = load_trends(h, [x["id"] for runs in windows.values() for x in runs], list(devs))
