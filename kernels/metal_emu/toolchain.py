@@ -149,7 +149,9 @@ def _refuse_unknown_attributes(source: str, name: str) -> None:
 def _preamble_pch(lowered_preamble: str) -> Path:
     """MLX's utils preamble (lowered), precompiled once: every launch's source starts with it,
     and parsing it is most of a kernel's compile time."""
-    key = _key(" ".join(KERNEL_FLAGS), lowered_preamble)
+    # A PCH records the absolute paths of the headers it was built from and clang refuses it
+    # from another copy of them (a farm job's shipped tree): the shim's location is in the key.
+    key = _key(" ".join(KERNEL_FLAGS), str(SHIM.resolve()), lowered_preamble)
     target = build_dir() / f"preamble-{key}.pch"
     header = build_dir() / f"preamble-{key}.h"
     if target.exists() and header.exists():
