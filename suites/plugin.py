@@ -45,6 +45,8 @@ SUITES_DIR = Path(__file__).resolve().parent
 DEFAULT_EXPECTATIONS = SUITES_DIR / "expectations.txt"
 MESSAGE_LINES = 5
 MESSAGE_CHARS = 500
+OUTPUT_CHARS = 200_000  # a failure's whole text, cut in the middle past this
+FAILING_OUTCOMES = ("failed", "error", "timeout", "crashed")  # those a result carries output for
 SUMMARY_LIST = 10  # node ids listed per category in the terminal summary
 
 _SESSION = pytest.StashKey["FarmSession"]()
@@ -358,7 +360,7 @@ class FarmSession:
         self.listed[category].append(nodeid + where)
         test_id, params = split_nodeid(nodeid)
         payload = _payload(phases[-1])
-        self.emit({
+        event = {
             "type": "result", "nodeid": nodeid, "test_id": test_id, "params": params,
             "outcome": outcome, "duration": sum(r.duration for r in phases),
             "message": _message(decisive, outcome) or _unfinished(phases, outcome),
@@ -367,7 +369,10 @@ class FarmSession:
             "selections": list(payload.get("selections", [])),
             "fingerprints": list(payload.get("fingerprints", [])),
             "time": time.time(),
-        })
+        }
+        if outcome in FAILING_OUTCOMES:
+            event["output"] = _output(decisive) or event["message"]
+        self.emit(event)
 
 
 def split_nodeid(nodeid: str) -> tuple[str, str]:
@@ -426,6 +431,21 @@ def _message(report: pytest.TestReport, outcome: str) -> str:
     lines = text.strip().splitlines()[:MESSAGE_LINES]
     text = "\n".join(lines)
     return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
+
+
+def _output(report: pytest.TestReport) -> str:
+    """The whole text of a failure, for `farm logs`: pytest's full report (traceback, assertion
+    introspection) and every captured section (stdout, stderr, log), as pytest prints them.
+    ``message`` keeps only the crash line, which is rarely enough to debug a device's failure."""
+    parts = [report.longreprtext.rstrip()] if report.longreprtext.strip() else []
+    for title, content in report.sections:
+        if content.strip():
+            parts.append(f"{f' {title} ':-^78}\n{content.rstrip()}")
+    text = "\n".join(parts)
+    if len(text) <= OUTPUT_CHARS:
+        return text
+    cut = len(text) - OUTPUT_CHARS
+    return text[: OUTPUT_CHARS // 2] + f"\n... ({cut} characters cut) ...\n" + text[-OUTPUT_CHARS // 2:]
 
 
 def _unfinished(phases: list[pytest.TestReport], outcome: str) -> str:
