@@ -61,10 +61,11 @@ class FarmCluster:
         return subprocess.run([*FARM, *args], cwd=cwd, env=env or self.env(), text=True,
                               capture_output=True, timeout=timeout, check=False)
 
-    def run_json(self, *args: str, cwd: Path = REPO, timeout: float = 240) -> tuple[int, dict]:
+    def run_json(self, *args: str, cwd: Path = REPO, timeout: float = 240,
+                 env: dict[str, str] | None = None) -> tuple[int, dict]:
         """`farm run --json` here; (exit code, the run's JSON)."""
         out = self.farm("run", "--address", self.address, "--json", *args, cwd=cwd,
-                        timeout=timeout)
+                        timeout=timeout, env=env)
         assert out.stdout.strip(), f"no JSON (exit {out.returncode}): {out.stderr[-3000:]}"
         return out.returncode, json.loads(out.stdout.strip().splitlines()[-1])
 

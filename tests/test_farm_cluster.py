@@ -253,3 +253,33 @@ def test_a_changed_metal_source_fails_the_farm_run_naming_the_kernel(
     assert failed, "the changed source passed m8-parity"
     assert any("scalar_kmajor" in r["message"] and any(e in r["message"] for e in expected)
                for r in failed), [r["message"][:300] for r in failed]
+
+
+def test_the_runs_environment_travels_to_a_real_cluster_and_a_fallback_is_flagged(
+        farm_cluster: FarmCluster, tmp_path):
+    """The agents were started without DFLASH2_CUSTOM_VERIFIER; the driver's
+    DFLASH2_CUSTOM_VERIFIER=0 reaches the device only through the run's runtime_env, is recorded
+    with the run, and the wrapper's fall back to stock is a kernel_selection flag naming the
+    tuned variant, stock and the cause, for bfloat16 too."""
+    db = str(tmp_path / "h.db")
+    suite = "suites/test_parity.py::test_wrapper_bit_exact_with_raw_dispatch"
+    code, on = farm_cluster.run_json("--suite", suite, "--devices", "g13s", "--db", db)
+    assert code == 0, [(r["nodeid"], r["message"][:1500]) for j in on["jobs"] for r in j["results"] if r["outcome"] != "passed"]
+    code, off = farm_cluster.run_json("--suite", suite, "--devices", "g13s", "--db", db,
+                                      env=farm_cluster.env(DFLASH2_CUSTOM_VERIFIER="0"))
+    assert code == 1, off
+    (job,) = off["jobs"]
+    wrapper = {s["reason"] for r in job["results"] for s in r["selections"]
+               if s["role"] == "under_test"}
+    assert wrapper == {"fallback:disabled"}, wrapper  # the device saw the variable
+    with sqlite3.connect(db) as c:
+        ctx = json.loads(c.execute("select context from runs where id = ?",
+                                   (off["run_id"],)).fetchone()[0])
+    assert ctx["env"] == {"DFLASH2_CUSTOM_VERIFIER": "0"} and ctx["table_hash"]
+    out = farm_cluster.farm("regressions", off["run_id"], "--db", db, "--json")
+    assert out.returncode == 1, out.stderr
+    flags = [f for f in json.loads(out.stdout)["flags"] if f["kind"] == "kernel_selection"]
+    bf16 = [f for f in flags if " bf16 " in f["subject"]]
+    assert bf16 and all(f["severity"] == "high" and f["current"] == ["stock"]
+                        and f["baseline"] != ["stock"] for f in flags), flags
+    assert all("DFLASH2_CUSTOM_VERIFIER=0" in f["evidence"] for f in flags)
