@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from db_fixtures import device, record, result
 from test_history_cli import farm, run_main
 
@@ -77,9 +78,12 @@ def test_a_run_without_failures_says_so(tmp_path):
     assert res.exit_code == 0 and res.output.strip() == f"run {run_id} has no failures"
 
 
-def test_the_plugin_records_the_whole_failure_and_farm_logs_prints_it(pytester, monkeypatch):
+@pytest.mark.parametrize("xdist", [[], ["-n", "2"]], ids=["serial", "xdist"])
+def test_the_plugin_records_the_whole_failure_and_farm_logs_prints_it(pytester, monkeypatch,
+                                                                       xdist):
     """Real pytest, the real suites plugin and `--farm-db`: traceback, assertion
-    introspection and captured stdout, stderr and log reach `farm logs`; `message` stays short."""
+    introspection and captured stdout, stderr and log reach `farm logs`; `message` stays short.
+    Under xdist the reports cross from the workers, and must carry all of it too."""
     monkeypatch.setenv("DFLASH2_DEVICE_ARCH", "applegpu_g13s")
     pytester.makepyfile(test_local="""
         import logging
@@ -99,7 +103,7 @@ def test_the_plugin_records_the_whole_failure_and_farm_logs_prints_it(pytester, 
     """)
     db = pytester.path / "h.db"
     res = pytester.runpytest_inprocess("-p", "no:cacheprovider", f"--farm-db={db}",
-                                       "--results-jsonl=out.jsonl")
+                                       "--results-jsonl=out.jsonl", *xdist)
     assert res.ret == 1, res.outlines
     events = {e["nodeid"].split("::")[1]: e for e in map(
         json.loads, (pytester.path / "out.jsonl").read_text().splitlines())
