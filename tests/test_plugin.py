@@ -173,10 +173,11 @@ def test_stream_categories_and_exit_status(inner: pytest.Pytester, xdist: list[s
     assert [s["variant"] for s in m["selections"]] == ["scalar_kmajor", "stock"]
     assert m["selections"] == [
         {"op": "gate_up", "dtype": "bfloat16", "M": 8, "K": 5120, "N": 17408,
-         "variant": "scalar_kmajor", "reason": "tuned", "impl": "metal-emulated"},
+         "variant": "scalar_kmajor", "reason": "tuned", "impl": "metal-emulated",
+         "role": "under_test"},
         # A dispatcher that does not name the implementation: null, read as unknown.
         {"op": "down", "dtype": "bfloat16", "M": 8, "K": 17408, "N": 5120, "variant": "stock",
-         "reason": "fallback:shape", "impl": None}]
+         "reason": "fallback:shape", "impl": None, "role": "under_test"}]
     expected = mx.arange(32, dtype=mx.bfloat16).reshape(4, 8) / 7
     assert m["fingerprints"] == [{"key": "scalar_kmajor/4x8/bfloat16",
                                   "digest": float32_digest(expected), "shape": [4, 8],
