@@ -19,7 +19,7 @@ from db.events import CATEGORIES
 from db.history import History
 
 DeviceFilter = Callable[[dict], bool]
-SELECTION_COLUMNS = ("op", "dtype", "M", "K", "N", "variant", "reason", "impl")
+SELECTION_COLUMNS = ("op", "dtype", "M", "K", "N", "variant", "reason", "impl", "role")
 DEVICE_COLUMNS = ("id", "variant_key", "lineage_key", "arch", "generation", "size", "chip",
                   "backend", "host", "os", "mlx_version", "emulated")
 

@@ -29,6 +29,7 @@ import pytest
 
 from dflash2.device import ENV_ARCH, DeviceIdentity, current_device
 from dflash2.errors import Dflash2Error
+from dflash2.runtime_context import run_context
 from kernels.recorder import Selection, recording
 from suites.expectations import (
     CATEGORIES,
@@ -259,6 +260,9 @@ class FarmSession:
             "suite": self.config.getoption("farm_suite"),
             "args": [str(a) for a in self.config.invocation_params.args],
             "expectations": self.expectations_label,
+            # What changes dispatch (DFLASH2_* variables, table hash, MLX): the history names a
+            # kernel-selection regression's cause from it.
+            "context": run_context(),
         })
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
