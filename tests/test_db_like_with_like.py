@@ -182,3 +182,28 @@ def test_one_tree_hash_for_farm_run_and_local_pytest():
     repo = Path(__file__).resolve().parent.parent
     local, shipped = current_revision(repo), shipping.revision(repo)
     assert local["tree_hash"] == shipped["tree_hash"] and len(local["tree_hash"]) == 64
+
+
+def test_the_cli_says_already_recorded_and_no_comparable_run(tmp_path):
+    from typer.testing import CliRunner
+
+    from farm.cli import app as cli
+
+    cli._register()
+    db = str(tmp_path / "h.db")
+    path = write_jsonl(tmp_path / "r.jsonl", [session_start(), result(NODE_A), session_finish()])
+
+    def farm(*argv):
+        try:
+            res = CliRunner().invoke(cli.app, list(argv), catch_exceptions=False)
+            return res.exit_code, res.output
+        except SystemExit as e:  # `farm regressions` exits through SystemExit
+            return e.code, ""
+
+    code, out = farm("ingest", str(path), "--db", db)
+    assert code == 0 and out.startswith("recorded run")
+    code, out = farm("ingest", str(path), "--db", db)
+    assert code == 0 and out.startswith("already recorded as run"), out
+    res = CliRunner().invoke(cli.app, ["regressions", "--db", db])
+    assert res.exit_code == 0 and "no comparable earlier run" in res.output, res.output
+    assert "0 regression" not in res.output

@@ -18,7 +18,7 @@ from rich.table import Table
 from db import open_history
 from db.events import CATEGORIES
 from db.export import export_run
-from db.ingest import ingest_jsonl, load_jsonl
+from db.ingest import events_digest, ingest_jsonl, ingested_run, load_jsonl
 from db.queries import list_runs, resolve_run, run_jobs, run_query, show_run, test_history
 from db.regressions import analyse
 from farm.cli.app import app
@@ -242,9 +242,14 @@ def regressions_cmd(
                 _row(t, f.severity, f.kind, f.device, f.subject, f.evidence)
             con.print(t)
         n = len(report.regressions)
-        con.print(escape(f"{n} regression(s)" + (f", {len(report.flags) - n} note(s)"
-                                                 if len(report.flags) > n else "")
-                         + f" in run {report.run_id}"))
+        if not report.compared and not report.flags:
+            # Nothing was compared: saying "0 regressions" would claim a check that never ran.
+            con.print(escape(f"no comparable earlier run (suite {report.suite}) for run "
+                             f"{report.run_id}: nothing compared"))
+        else:
+            con.print(escape(f"{n} regression(s)" + (f", {len(report.flags) - n} note(s)"
+                                                     if len(report.flags) > n else "")
+                             + f" in run {report.run_id}"))
     # SystemExit, not typer.Exit: `farm.cli.app.main` runs click with standalone_mode=False, where an
     # Exit's code is returned (and dropped), while SystemExit reaches the shell as is.
     raise SystemExit(EXIT_FLAGGED if report.regressions else EXIT_OK)
@@ -305,9 +310,14 @@ def ingest_cmd(
     """Record a results file from a device outside the cluster as a run."""
     events = load_jsonl(path)  # a bad file is refused before the history is opened
     with open_history(db) as h:
+        before = ingested_run(h, events_digest(events))
         run_id = ingest_jsonl(h, path, suite=suite, events=events)
         doc = show_run(h, run_id)
     if as_json:
         _echo_json(doc["run"])
+        return
+    if before is not None:  # idempotent: the same results are one run
+        typer.echo(f"already recorded as run {run_id} ({doc['run']['status']}): {path} "
+                   f"holds the same results; nothing written")
         return
     typer.echo(f"recorded run {run_id} ({doc['run']['status']}) from {path}")
