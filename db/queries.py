@@ -65,6 +65,12 @@ def resolve_run(h: History, ref: str | None) -> str:
                     f"give more characters", EXIT_USAGE)
 
 
+def run_suite(h: History, run_id: str) -> str:
+    """The suite a run ran (its baselines and comparisons are that suite's)."""
+    with h.engine.connect() as c:
+        return c.execute(select(m.runs.c.suite).where(m.runs.c.id == run_id)).scalar_one()
+
+
 def _counts(c, job_ids: list[int]) -> dict[int, dict[str, int]]:
     out: dict[int, dict[str, int]] = defaultdict(lambda: dict.fromkeys(CATEGORIES, 0))
     if not job_ids:

@@ -19,7 +19,15 @@ from db import open_history
 from db.events import CATEGORIES
 from db.export import export_run
 from db.ingest import events_digest, ingest_jsonl, ingested_run, load_jsonl
-from db.queries import list_runs, resolve_run, run_jobs, run_query, show_run, test_history
+from db.queries import (
+    list_runs,
+    resolve_run,
+    run_jobs,
+    run_query,
+    run_suite,
+    show_run,
+    test_history,
+)
 from db.regressions import analyse
 from farm.cli.app import app
 from farm.errors import EXIT_FLAGGED, EXIT_OK, EXIT_USAGE, FarmError
@@ -262,7 +270,8 @@ def baseline_set_cmd(
     db: DbOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Make RUN the baseline of every device variant it ran on (or those matching --device)."""
+    """Make RUN the baseline of its suite on every device variant it ran on (or those matching
+    --device); other suites' baselines are untouched (a baseline is per suite and device)."""
     match = _device_filter(device)
     with open_history(db) as h:
         run_id = resolve_run(h, run)
@@ -271,30 +280,32 @@ def baseline_set_cmd(
             raise FarmError(f"run {run_id} has no job on {'a matching' if device else 'any'} "
                             f"device: nothing to set", EXIT_USAGE)
         h.set_baseline(run_id, [j["device"]["variant_key"] for j in jobs])
-    rows = [{"variant_key": j["device"]["variant_key"], "device": j["device"]["label"],
-             "run_id": run_id} for j in jobs]
+        suite = run_suite(h, run_id)
+    rows = [{"suite": suite, "variant_key": j["device"]["variant_key"],
+             "device": j["device"]["label"], "run_id": run_id} for j in jobs]
     if as_json:
         _echo_json(rows)
         return
     for r in rows:
-        typer.echo(f"baseline of {r['device']} [{r['variant_key']}] is now run {run_id}")
+        typer.echo(f"baseline of suite {r['suite']} on {r['device']} [{r['variant_key']}] is "
+                   f"now run {run_id}")
 
 
 @baseline_app.command("list")
 def baseline_list_cmd(db: DbOpt = None, as_json: JsonOpt = False) -> None:
-    """Every device variant's baseline run."""
+    """Every (suite, device variant)'s baseline run."""
     with open_history(db, write=False) as h:
-        cols, rows = run_query(h, "SELECT b.variant_key, d.arch, d.emulated, d.host, "
+        cols, rows = run_query(h, "SELECT b.suite, b.variant_key, d.arch, d.emulated, d.host, "
                                   "d.mlx_version, b.run_id, b.set_at FROM baselines b "
                                   "JOIN devices d ON d.variant_key = b.variant_key "
-                                  "ORDER BY d.arch, d.host")
+                                  "ORDER BY b.suite, d.arch, d.host")
     data = [dict(zip(cols, r, strict=True)) for r in rows]
     if as_json:
         _echo_json(data)
         return
-    t = Table("variant", "device", "host", "MLX", "baseline run", "set (UTC)")
+    t = Table("suite", "variant", "device", "host", "MLX", "baseline run", "set (UTC)")
     for r in data:
-        _row(t, r["variant_key"], r["arch"] + (" (emulated)" if r["emulated"] else ""),
+        _row(t, r["suite"], r["variant_key"], r["arch"] + (" (emulated)" if r["emulated"] else ""),
              r["host"], r["mlx_version"], r["run_id"], _when(r["set_at"]))
     _console().print(t)
 
