@@ -226,6 +226,28 @@ class History:
                           .values(status="lost", error="writer stopped: run aborted"))
         return stale
 
+    def abort_orphaned_runs(self, stale_after: float) -> list[str]:
+        """Mark ``aborted`` the ``running`` runs of a `farm run` driver that is gone: no
+        heartbeat for ``stale_after`` seconds (a driver beats every few seconds from before its
+        fleet starts to its last write), their running jobs lost. Runs recorded by a local pytest
+        session (``--farm-db``: its jobs have no Ray node) or from a file beat only with their
+        result batches, so a slow test would look orphaned: those are ``abort_stale_runs``'s."""
+        cutoff = time.time() - stale_after
+        local = select(m.jobs.c.id).where(m.jobs.c.run_id == m.runs.c.id,
+                                          m.jobs.c.node_id.is_(None)).exists()
+        with self._tx() as c:
+            orphans = list(c.execute(select(m.runs.c.id).where(
+                m.runs.c.status == "running", m.runs.c.heartbeat < cutoff,
+                m.runs.c.source_digest.is_(None), ~local)).scalars())
+            if orphans:
+                c.execute(update(m.runs).where(m.runs.c.id.in_(orphans))
+                          .values(status="aborted", finished=m.runs.c.heartbeat))
+                c.execute(update(m.jobs).where(m.jobs.c.run_id.in_(orphans),
+                                               m.jobs.c.status == "running")
+                          .values(status="lost", error=f"driver gone (no heartbeat for "
+                                                       f"{stale_after:g}s): run aborted"))
+        return orphans
+
     def _tx(self):
         if not self.writable:
             raise FarmError("this history was opened read-only", EXIT_USAGE)

@@ -156,9 +156,10 @@ def run(
     err = _console(stderr=True)
     try:
         outcome = run_farm(opts, err)
-    except KeyboardInterrupt:  # the run is already marked aborted, its results kept
-        err.print("aborted")
-        sys.exit(130)
+    except KeyboardInterrupt as e:  # the run is already marked aborted, its results kept
+        if not getattr(e, "reported", False):  # farm.runner.signals.Interrupted said it
+            err.print("aborted")
+        sys.exit(getattr(e, "exit_code", 130))  # 130 for SIGINT, 143 for SIGTERM
     if junit:
         write_junit(junit, outcome.jobs, outcome.run_id, suite)
     if json_out:

@@ -57,16 +57,20 @@ def probe(address: str) -> None:
                         f"it with `farm head` or check --address / RAY_ADDRESS", EXIT_INFRA) from None
 
 
-def connect(address: str, runtime_env: dict | None = None) -> None:
-    """``ray.init`` the driver against ``address``, quietly; errors become one FarmError line."""
+def connect(address: str, runtime_env: dict | None = None, node_ip: str | None = None) -> None:
+    """``ray.init`` the driver against ``address``, quietly; errors become one FarmError line.
+
+    ``node_ip``: the address this driver's own Ray services use (the embedded fleet's loopback);
+    else Ray picks this host's address."""
     address = address.removeprefix("ray://") if address.startswith("ray://") else address
     probe(address)
     use_token_auth()
     import ray
 
+    extra = {"_node_ip_address": node_ip} if node_ip else {}
     try:
         ray.init(address=address, runtime_env=runtime_env, namespace=NAMESPACE,
-                 log_to_driver=False, logging_level="ERROR", configure_logging=True)
+                 log_to_driver=False, logging_level="ERROR", configure_logging=True, **extra)
     except (ConnectionError, RuntimeError, ValueError, OSError, ray.exceptions.RayError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         # The port answered, so a refused connection is most often a token mismatch.

@@ -31,7 +31,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from farm.runner.pytest_progress import ENV_PARENT, ENV_STARTED
+from dflash2.runtime_context import without_dispatch_env
+from farm.runner.pytest_progress import ENV_COLLECTED, ENV_PARENT, ENV_STARTED
 
 POLL_S = 0.1
 HANG_GRACE_S = 10.0  # after --timeout, how long a test may ignore SIGALRM before it is killed
@@ -57,7 +58,9 @@ def job_env(device: dict, workdir: Path, extra: dict[str, str] | None = None) ->
     Plugin autoloading is off so every device loads the same plugins (the farm's), whatever else
     its environment has installed.
     """
-    env = dict(os.environ)
+    # Exactly the run's DFLASH2_* variables (``extra``, as recorded with the run), not leftovers
+    # of the node's own environment; node-local ones (its arch, toolchain) stay.
+    env = without_dispatch_env(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(workdir), env.get("PYTHONPATH")) if p)
     env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -121,18 +124,33 @@ def synthesized_result(nodeid: str, outcome: str, message: str, duration: float)
 
 
 class _Follower:
-    """Tails one pytest subprocess's results file and started-tests file."""
+    """Tails one pytest subprocess's results file and started-tests file, and reads its
+    collected count once (a ``farm_collected`` event: ``total`` counts the tests this job
+    reported before this subprocess, which it deselects, plus the ones it collected)."""
 
-    def __init__(self, results: Path, started: Path):
-        self.results, self.started = results, started
+    def __init__(self, results: Path, started: Path, collected: Path | None = None,
+                 before: int = 0):
+        self.results, self.started, self.collected = results, started, collected
+        self.before = before
         self._pos = 0
         self._buf = ""
         self._started_seen = 0
         self.current: str | None = None  # started, not yet reported
         self.current_since = 0.0
 
+    def _collected(self) -> list[dict]:
+        if self.collected is None:
+            return []
+        try:
+            count = int(self.collected.read_text(encoding="utf-8").strip())
+        except (OSError, ValueError):
+            return []
+        self.collected = None  # once
+        return [{"type": "farm_collected", "count": count, "total": self.before + count,
+                 "time": time.time()}]
+
     def read(self, done: set[str]) -> list[dict]:
-        events: list[dict] = []
+        events: list[dict] = self._collected()
         with contextlib.suppress(FileNotFoundError), open(self.results, encoding="utf-8") as f:
             f.seek(self._pos)
             chunk = f.read()
@@ -182,6 +200,7 @@ def run_job(spec: dict) -> Iterator[list[dict]]:
     try:
         while True:
             results, started = tmp / f"results-{restarts}.jsonl", tmp / f"started-{restarts}"
+            collected = tmp / f"collected-{restarts}"
             log = tmp / f"pytest-{restarts}.log"
             cmd = [sys.executable, "-m", "pytest", *spec["pytest_args"],
                    "-p", "suites.plugin", "-p", "pytest_timeout", "-p", "farm.runner.pytest_progress",
@@ -197,12 +216,12 @@ def run_job(spec: dict) -> Iterator[list[dict]]:
                 cmd += ["--deselect", nodeid]
             env = job_env(spec["device"], workdir,
                           {**(spec.get("env") or {}), ENV_STARTED: str(started),
-                           ENV_PARENT: str(os.getpid())})
+                           ENV_COLLECTED: str(collected), ENV_PARENT: str(os.getpid())})
             with open(log, "wb") as out:
                 proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=out,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         preexec_fn=_die_with_parent)  # noqa: PLW1509 (setsid+prctl only)
-            follow = _Follower(results, started)
+            follow = _Follower(results, started, collected, before=len(done))
             last_finish = None  # only the last subprocess's summary describes the job's end
             ended = None  # why this subprocess ended, when the farm ended it
             while True:

@@ -1,0 +1,365 @@
+"""The run loop of `farm run` (`Driver`): check devices, dispatch, stream, store, decide.
+
+The order it keeps and the faults it handles are listed in `farm.runner.driver`, which brings a
+fleet up and down around it and owns the run's row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+
+from dflash2.device import parse_selectors
+from farm.errors import EXIT_FLAGGED, EXIT_INFRA, EXIT_OK, FarmError
+from farm.fleet import devices as fleet
+from farm.fleet import health, placement
+from farm.fleet.devices import Device
+from farm.report import summary as report
+from farm.runner import signals
+from farm.runner.progress import Progress
+from farm.runner.record import RunRecord
+
+WAIT_S = 0.25
+GET_S = 30.0
+JOB_GRACE_S = 60.0  # beyond --job-timeout, for the device's own timeout handling to report
+WATCH_S = 2.0  # how often queued jobs are checked for a device that has gone away
+DEFAULT_JOB_TIMEOUT = 3600.0
+_DIED = ("NodeDiedError", "WorkerCrashedError", "ObjectLostError", "OwnerDiedError",
+         "ObjectFetchTimedOutError", "TaskUnschedulableError", "RaySystemError",
+         "ActorDiedError", "LocalRayletDiedError", "ReferenceCountingAssertionError",
+         "OutOfMemoryError", "GetTimeoutError")
+
+
+@dataclass
+class RunOptions:
+    suite: str
+    devices: str = "all"
+    every: bool = False
+    address: str | None = None
+    db: str | None = None
+    retries: int = 1
+    test_timeout: float | None = None
+    job_timeout: float | None = None
+    json: bool = False
+    junit: Path | None = None
+    root: Path | None = None  # the checkout to ship (default: around the cwd)
+    env: dict[str, str] = field(default_factory=dict)  # extra environment for device jobs
+
+
+@dataclass
+class RunOutcome:
+    run_id: str
+    status: str
+    exit_code: int
+    jobs: list[report.JobRecord]
+    flags: list[dict]
+    revision: dict
+    seconds: float
+
+    def to_json(self) -> dict:
+        return {"run_id": self.run_id, "status": self.status, "exit_code": self.exit_code,
+                "revision": self.revision, "seconds": round(self.seconds, 2),
+                "jobs": [j.to_json() for j in self.jobs], "regressions": self.flags}
+
+
+def _job_task():
+    """The device job as a Ray streaming generator (made lazily: no Ray import at load)."""
+    import ray
+
+    from farm.runner import device_job
+
+    return ray.remote(num_returns="streaming", max_retries=0, num_cpus=0)(device_job.run_job)
+
+
+class Driver:
+    """One run: the state the loop needs, and the loop."""
+
+    def __init__(self, opts: RunOptions, console: Console, history, suite, revision: dict,
+                 record: RunRecord, show: Progress, guard: signals.Guard,
+                 context: dict | None = None):
+        self.opts, self.console = opts, console
+        self.history, self.suite, self.revision = history, suite, revision
+        self.record, self.show, self.guard = record, show, guard
+        self.test_timeout = float(opts.test_timeout or suite.timeout)
+        self.job_timeout = float(opts.job_timeout or DEFAULT_JOB_TIMEOUT)
+        self.run_id = record.run_id
+        self.dead: set[str] = set()
+        self.quarantined: dict[str, str] = {}
+        self.health: dict[str, dict] = {}
+        self.jobs: list[report.JobRecord] = []
+        self.refs: dict[int, object] = {}  # index in self.jobs -> ObjectRefGenerator
+        self.deadline: dict[int, float] = {}
+        self.job_task = _job_task()
+        self.context = context  # what changes dispatch, for the history
+
+    # -- before any job ---------------------------------------------------------------------
+
+    def check_health(self, devices: list[Device]) -> None:
+        """Health-check devices not yet checked this run; quarantine the ones that fail."""
+        todo = [d for d in devices if d.node_id not in self.health]
+        results = {}
+        if todo:
+            with self.show.phase(f"health-checking {len(todo)} device(s)"):
+                results = health.check_devices(todo)
+        for d in todo:
+            res = results[d.node_id]
+            self.health[d.node_id] = res
+            if res.get("died"):
+                self.dead.add(d.node_id)
+            if not res.get("ok"):
+                self.quarantined[d.node_id] = res.get("detail", "health check failed")
+                self.console.print(f"quarantined {d.short} for this run: {res.get('detail')}",
+                                   highlight=False)
+
+    def healthy_device(self, kind: tuple[str, bool], first: Device | None) -> Device | None:
+        """``first`` if it passes its health check, else another live device of its kind."""
+        cand = first
+        while cand is not None:
+            self.check_health([cand])
+            if cand.node_id not in self.quarantined:
+                return cand
+            avoid = self.dead | set(self.quarantined)
+            cand = placement.replacement(kind, fleet.live_devices(self.dead), avoid)
+        return None
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    def spec(self, job: report.JobRecord, device: Device) -> dict:
+        return {"suite": self.suite.name, "pytest_args": self.suite.pytest_args(),
+                "test_timeout": self.test_timeout, "job_timeout": self.job_timeout,
+                "device": {"arch": device.arch, "emulated": device.emulated},
+                "deselect": sorted(job.results), "attempt": job.attempt, "env": self.opts.env}
+
+    def dispatch(self, i: int, device: Device) -> None:
+        job = self.jobs[i]
+        job.node_id, job.host, job.state, job.current = device.node_id, device.host, "queued", ""
+        job.end, job.streaming = None, None
+        job.nodes.append(device.node_id)
+        h = self.health.get(device.node_id, {})
+        job.device = h.get("identity") or device.identity().to_json()
+        if job.job_id is None:
+            job.job_id = self.history.add_job(self.run_id, job.device, device.host,
+                                              h.get("os"), device.node_id)
+        opts = {**placement.pinned(device), "resources": {fleet.RESOURCE: 1}}
+        self.refs[i] = self.job_task.options(**opts).remote(self.spec(job, device))
+        self.deadline[i] = time.monotonic() + self.job_timeout + JOB_GRACE_S
+
+    def finish(self, i: int, status: str, error: str | None = None) -> None:
+        job = self.jobs[i]
+        job.status, job.error, job.state, job.current = status, error, "done", ""
+        self.refs.pop(i, None)
+        self.deadline.pop(i, None)
+        if job.job_id is not None:
+            self.history.finish_job(job.job_id, status, error, attempts=job.attempt)
+        self.show.job_done(job)
+
+    def node_lost(self, i: int, why: str) -> None:
+        """The job's node died (or its task could not run there): retry elsewhere, or lost."""
+        job = self.jobs[i]
+        self.dead.add(job.node_id)
+        self.refs.pop(i, None)
+        dead_dev = f"{job.label}@{job.node_id[:8]}"
+        if job.attempt <= self.opts.retries:
+            avoid = self.dead | set(self.quarantined)
+            target = placement.replacement(job.kind, fleet.live_devices(self.dead), avoid)
+            target = self.healthy_device(job.kind, target) if target else None
+            if target is not None:
+                job.attempt += 1
+                self.console.print(f"{dead_dev} died ({why}); retrying the {job.label} job on "
+                                   f"{target.short} with the tests not yet reported",
+                                   highlight=False)
+                self.dispatch(i, target)
+                return
+            why += f"; no other live {job.label} device to retry on"
+        self.console.print(f"{dead_dev} lost: {why}", highlight=False)
+        self.finish(i, "lost", f"node {job.node_id[:8]} died: {why}")
+
+    # -- the stream -------------------------------------------------------------------------
+
+    def take(self, i: int, batch: list[dict]) -> None:
+        job = self.jobs[i]
+        store: list[dict] = []
+        for ev in batch:
+            kind = ev.get("type")
+            if kind == "farm_job_start":
+                job.state = "running"
+                job.streaming, job.done_before = time.monotonic(), len(job.results)
+            elif kind == "farm_collected" and isinstance(ev.get("total"), int):
+                job.total = ev["total"]
+            elif kind == "farm_job_end":
+                job.end = ev
+            elif kind == "result":
+                ev["farm_node"], ev["farm_attempt"] = job.node_id, job.attempt  # provenance
+                job.results[ev.get("nodeid", "")] = ev
+                job.current = ev.get("nodeid", "")
+                store.append(ev)
+            elif kind in ("session_start", "session_finish"):
+                store.append(ev)
+        if store:
+            self.history.ingest_events(job.job_id, store)
+
+    def step(self) -> None:
+        import ray
+
+        if not self.refs:
+            return
+        order = list(self.refs)
+        ready, _ = ray.wait([self.refs[i] for i in order], num_returns=1, timeout=WAIT_S)
+        ready_ids = {id(r) for r in ready}
+        for i in order:
+            gen = self.refs.get(i)
+            if gen is None or id(gen) not in ready_ids:
+                continue
+            try:
+                ref = next(gen)
+            except StopIteration:
+                self.ended(i)
+                continue
+            try:
+                self.take(i, ray.get(ref, timeout=GET_S))
+            except ray.exceptions.RayError as e:
+                name = type(e).__name__
+                cause = getattr(e, "cause", None)
+                if name in _DIED or type(cause).__name__ in _DIED:
+                    self.node_lost(i, name)
+                else:
+                    self.finish(i, "error", f"{name}: {str(e).strip().splitlines()[-1][:300]}")
+
+    def ended(self, i: int) -> None:
+        job = self.jobs[i]
+        end = job.end
+        if end is None:
+            self.finish(i, "error", "the device job ended without its final event")
+            return
+        status = end.get("status")
+        if status == "completed":
+            c = job.counts()
+            bad = c["unexpected_fail"] + c["unexpected_pass"] + c["crashed"]
+            self.finish(i, "failed" if bad else "passed", end.get("error"))
+        else:
+            self.finish(i, status if status in ("timeout", "error") else "error",
+                        end.get("error"))
+
+    def watch(self) -> None:
+        """Jobs past their deadline, and jobs whose node left the cluster before streaming."""
+        import ray
+
+        now = time.monotonic()
+        alive = {d.node_id for d in fleet.live_devices()}
+        for i in list(self.refs):
+            job = self.jobs[i]
+            if now > self.deadline[i]:
+                ray.cancel(self.refs[i], force=True)
+                self.finish(i, "timeout", f"no end of job within --job-timeout "
+                                          f"{self.job_timeout:g}s + {JOB_GRACE_S:g}s")
+            elif job.node_id not in alive:
+                ray.cancel(self.refs[i], force=True)
+                self.node_lost(i, "node left the cluster")
+
+    # -- the run ----------------------------------------------------------------------------
+
+    def run(self) -> RunOutcome:
+        t0 = time.monotonic()
+        opts = self.opts
+        selectors = parse_selectors(opts.devices)
+        devices = fleet.live_devices()
+        missing = fleet.unmatched(devices, selectors)
+        if missing:
+            names = ", ".join(repr(s.text) for s in missing)
+            raise FarmError(f"no live device matches {names}; {fleet.describe(devices)}",
+                            EXIT_INFRA)
+        match = fleet.matching(devices, selectors)
+        chosen = placement.choose_devices(match, every=opts.every)
+        if not self.record.run_id:  # on a given cluster: once a device matches
+            self.record.open(self.suite, opts, self.revision, self.context)
+        self.run_id = self.record.run_id
+        self.console.print(f"run {self.run_id}: suite {self.suite.name} on "
+                           f"{', '.join(d.short for d in chosen)} (revision "
+                           f"{(self.revision['git_sha'] or 'no git')[:10]}"
+                           f"{'+dirty' if self.revision['dirty'] else ''}, tree "
+                           f"{self.revision['tree_hash'][:12]})", highlight=False)
+        status = "incomplete"  # unless the loop ends normally or is aborted
+        try:
+            self.check_health(chosen)
+            for d in chosen:
+                self.jobs.append(report.JobRecord(key=d.short, kind=d.kind,
+                                                  device=d.identity().to_json(),
+                                                  node_id=d.node_id, host=d.host))
+            used: set[str] = set()
+            for i, d in enumerate(chosen):
+                avoid = self.dead | set(self.quarantined) | (used if opts.every else set())
+                target = d if d.node_id not in avoid else self.healthy_device(
+                    d.kind, placement.replacement(d.kind, fleet.live_devices(self.dead), avoid))
+                if target is None:
+                    job = self.jobs[i]
+                    job.job_id = self.history.add_job(self.run_id, job.device, d.host, None,
+                                                      d.node_id)
+                    self.finish(i, "error", "quarantined: " + self.quarantined.get(
+                        d.node_id, "no healthy device of this kind"))
+                    continue
+                used.add(target.node_id)
+                self.dispatch(i, target)
+            self.loop()
+            status = self.verdict()
+        except KeyboardInterrupt as e:
+            self.guard.handled = True  # from here on a signal is noted, not raised
+            status = "aborted"
+            self.stop_all("error", f"cancelled: the run was aborted "
+                                   f"({signals.as_interrupted(e).name})")
+            raise
+        finally:
+            self.stop_all("error", "the driver stopped before this job ended")
+            self.record.finish(status)
+        flags = self.regressions()
+        code = self.exit_code(flags)
+        return RunOutcome(self.run_id, status, code, self.jobs, flags, self.revision,
+                          time.monotonic() - t0)
+
+    def loop(self) -> None:
+        """Stream until every job has ended (the run's heartbeat is ``RunRecord``'s thread)."""
+        watched = time.monotonic()
+        with self.show.view(self.jobs) as view:
+            while self.refs:
+                self.guard.check()
+                self.step()
+                now = time.monotonic()
+                if now - watched > WATCH_S:
+                    self.watch()
+                    watched = now
+                view.update()
+
+    def stop_all(self, status: str, error: str) -> None:
+        """Cancel every job still in flight and record it as ended with ``status``."""
+        import ray
+
+        for i in list(self.refs):
+            with contextlib.suppress(Exception):  # a fleet going down: the job ends anyway
+                ray.cancel(self.refs[i], force=True)
+            self.finish(i, status, error)
+
+    def verdict(self) -> str:
+        statuses = {j.status for j in self.jobs}
+        if statuses & {"lost", "error"}:
+            return "incomplete"
+        return "passed" if statuses <= {"passed"} else "failed"
+
+    def regressions(self) -> list[dict]:
+        from db.regressions import find_regressions
+
+        try:
+            flags = find_regressions(self.history, self.run_id)
+        except FarmError as e:
+            self.console.print(f"regression check skipped: {e}", highlight=False)
+            return []
+        return [f.to_json() for f in flags if f.is_regression]
+
+    def exit_code(self, flags: list[dict]) -> int:
+        if any(j.status in ("lost", "error") for j in self.jobs):
+            return EXIT_INFRA
+        if flags or any(j.status != "passed" for j in self.jobs):
+            return EXIT_FLAGGED
+        return EXIT_OK
