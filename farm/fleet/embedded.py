@@ -22,6 +22,7 @@ stopped (SIGSTOP, so none can start another), then killed (SIGKILL) and reaped.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
 import signal
@@ -81,6 +82,9 @@ def embedded_fleet(devices: list[DeviceIdentity],
     from ray.cluster_utils import Cluster
 
     saved_mode, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False
+    ray_log = logging.getLogger("ray")  # its INFO lines ("Overwriting previous Ray address")
+    saved_level = ray_log.level
+    ray_log.setLevel(logging.WARNING)
     if before_start is not None:
         before_start()
     fleet_id = secrets.token_hex(8)
@@ -117,6 +121,7 @@ def embedded_fleet(devices: list[DeviceIdentity],
                     cluster.shutdown()  # Ray's own bookkeeping: its processes are gone already
         finally:
             ray_constants.ENABLE_RAY_CLUSTER = saved_mode
+            ray_log.setLevel(saved_level)
             for k, v in saved_env.items():
                 if v is None:
                     os.environ.pop(k, None)

@@ -102,18 +102,17 @@ def progress_table(jobs: list[JobRecord], now: float | None = None) -> Table:
 
     eta = run_eta_s(jobs, now)
     t = Table(title="farm run" + ("" if eta is None else f" (eta {fmt_s(eta)})"), expand=False)
-    for col in ("device", "node", "state", "attempt", "done", "pass", "fail", "crash", "skip",
-                "eta", "test"):
+    for col in ("device", "state", "done", "pass", "fail", "crash", "skip", "eta", "test"):
         t.add_column(col)
     for j in jobs:
         c = j.counts()
-        state = j.status or j.state
+        state = (j.status or j.state) + (f" (x{j.attempt})" if j.attempt > 1 else "")
         t.add_row(*(Text(x) for x in (
-            j.label, j.node_id[:8], state, str(j.attempt), done_text(j),
+            f"{j.label}@{j.node_id[:8]}", state, done_text(j),
             str(c["expected_pass"] + c["expected_fail"]),
             str(c["unexpected_fail"] + c["unexpected_pass"]), str(c["crashed"]),
             str(c["skipped"]), "" if j.status else fmt_s(eta_s(j, now)),
-            (j.current or "")[-60:])))
+            (j.current or "").rpartition("::")[2][-40:])))
     return t
 
 

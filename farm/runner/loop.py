@@ -94,6 +94,7 @@ class Driver:
         self.refs: dict[int, object] = {}  # index in self.jobs -> ObjectRefGenerator
         self.deadline: dict[int, float] = {}
         self.job_task = _job_task()
+        self.aborting = False  # jobs ended by an abort get no line each: the abort has one
         self.context = context  # what changes dispatch, for the history
 
     # -- before any job ---------------------------------------------------------------------
@@ -155,7 +156,8 @@ class Driver:
         self.deadline.pop(i, None)
         if job.job_id is not None:
             self.history.finish_job(job.job_id, status, error, attempts=job.attempt)
-        self.show.job_done(job)
+        if not self.aborting:
+            self.show.job_done(job)
 
     def node_lost(self, i: int, why: str) -> None:
         """The job's node died (or its task could not run there): retry elsewhere, or lost."""
@@ -307,7 +309,7 @@ class Driver:
             status = self.verdict()
         except KeyboardInterrupt as e:
             self.guard.handled = True  # from here on a signal is noted, not raised
-            status = "aborted"
+            status, self.aborting = "aborted", True
             self.stop_all("error", f"cancelled: the run was aborted "
                                    f"({signals.as_interrupted(e).name})")
             raise
