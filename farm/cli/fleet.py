@@ -150,6 +150,8 @@ def run(
     from farm.runner.driver import RunOptions
     from farm.runner.driver import run as run_farm
 
+    if junit:
+        pass  # refused before the run, not as a traceback after it
     opts = RunOptions(suite=suite, devices=devices, every=every, address=address, db=db,
                       retries=retries, test_timeout=test_timeout, job_timeout=job_timeout,
                       json=json_out, junit=junit)
@@ -161,12 +163,27 @@ def run(
             err.print("aborted")
         sys.exit(getattr(e, "exit_code", 130))  # 130 for SIGINT, 143 for SIGTERM
     if junit:
-        write_junit(junit, outcome.jobs, outcome.run_id, suite)
+        try:
+            write_junit(junit, outcome.jobs, outcome.run_id, suite)
+        except OSError as e:  # the run is stored: say so, and still print its summary
+            err.print(escape(f"error: cannot write --junit {junit}: {e.strerror or e} (run "
+                             f"{outcome.run_id} is stored: `farm export {outcome.run_id} "
+                             f"--format junit`)"))
     if json_out:
         typer.echo(json.dumps(outcome.to_json()))
     else:
         print_summary(_console(), outcome.jobs, outcome.flags, outcome.run_id,
-                      outcome.exit_code)
+                      outcome.exit_code, outcome.compared)
     # sys.exit, not typer.Exit: with standalone_mode=False click returns an Exit's code
     # instead of exiting, and farm.cli.app.main does not pass it on.
     sys.exit(outcome.exit_code)
+
+
+def _check_writable(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise FarmError(f"cannot write --junit {path}: {e.strerror or e}", EXIT_USAGE) from None
+    if path.is_dir() or not os.access(path.parent, os.W_OK):
+        raise FarmError(f"cannot write --junit {path}: "
+                        f"{'a directory' if path.is_dir() else 'permission denied'}", EXIT_USAGE)

@@ -140,7 +140,7 @@ def matrix_table(jobs: list[JobRecord]) -> Table:
 
 
 def print_summary(console: Console, jobs: list[JobRecord], flags: list[dict],
-                  run_id: str, exit_code: int) -> None:
+                  run_id: str, exit_code: int, compared: bool = True) -> None:
     """The matrix, then every job error and unexpected result on one line each.
 
     Node ids carry ``[params]`` and errors carry arbitrary text (``[/`` included): every such
@@ -162,8 +162,11 @@ def print_summary(console: Console, jobs: list[JobRecord], flags: list[dict],
             console.print(f"  [{f.get('severity')}] {f.get('kind')} {f.get('device')} "
                           f"{f.get('subject')}: {f.get('evidence')}", highlight=False,
                           markup=False)
-    else:
+    elif compared:
         console.print("regressions: none")
+    else:  # "none" would claim a comparison that never happened
+        console.print("regressions: no comparable earlier run (same suite, same device): "
+                      "nothing compared")
     console.print(escape(f"run {run_id}: exit {exit_code}"), highlight=False)
 
 

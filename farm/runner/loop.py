@@ -59,11 +59,14 @@ class RunOutcome:
     flags: list[dict]
     revision: dict
     seconds: float
+    # Whether any device had a comparable earlier run: no flags means "none" only then.
+    compared: bool = True
 
     def to_json(self) -> dict:
         return {"run_id": self.run_id, "status": self.status, "exit_code": self.exit_code,
                 "revision": self.revision, "seconds": round(self.seconds, 2),
-                "jobs": [j.to_json() for j in self.jobs], "regressions": self.flags}
+                "jobs": [j.to_json() for j in self.jobs], "regressions": self.flags,
+                "compared": self.compared}
 
 
 def _job_task():
@@ -319,7 +322,7 @@ class Driver:
         flags = self.regressions()
         code = self.exit_code(flags)
         return RunOutcome(self.run_id, status, code, self.jobs, flags, self.revision,
-                          time.monotonic() - t0)
+                          time.monotonic() - t0, self.compared)
 
     def loop(self) -> None:
         """Stream until every job has ended (the run's heartbeat is ``RunRecord``'s thread)."""
@@ -350,14 +353,16 @@ class Driver:
         return "passed" if statuses <= {"passed"} else "failed"
 
     def regressions(self) -> list[dict]:
-        from db.regressions import find_regressions
+        from db.regressions import analyse
 
         try:
-            flags = find_regressions(self.history, self.run_id)
+            rep = analyse(self.history, self.run_id)
         except FarmError as e:
             self.console.print(f"regression check skipped: {e}", highlight=False)
+            self.compared = False
             return []
-        return [f.to_json() for f in flags if f.is_regression]
+        self.compared = rep.compared
+        return [f.to_json() for f in rep.regressions]
 
     def exit_code(self, flags: list[dict]) -> int:
         if any(j.status in ("lost", "error") for j in self.jobs):
