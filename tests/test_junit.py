@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import xmlschema
 from db_fixtures import device, meas, result, sel, session_finish, session_start
-from test_history_cli import farm
+from test_history_cli import farm, run_main
 
 from db import junit, open_history
 from farm.report.summary import JobRecord, write_junit
@@ -214,3 +214,15 @@ def test_values_are_text_never_python_reprs():
     props = junit.device_properties({**device(), "size": None}, run_id="r", suite=None)
     assert "size" not in props and "suite" not in props and props["emulated"] is False
     assert json.loads(junit.xml_text([1, "a"])) == [1, "a"]
+
+
+def test_farm_run_refuses_an_unwritable_junit_path_before_running(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    for target, why in ((blocker / "run.xml", "cannot write --junit"),
+                        (tmp_path, "a directory")):
+        p = run_main(capsys, "run", "--suite", "m8-parity", "--junit", str(target),
+                     "--db", str(tmp_path / "h.db"))
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1 and why in lines[0], p.stderr
+    assert not (tmp_path / "h.db").exists()  # refused before any run was recorded

@@ -151,7 +151,7 @@ def run(
     from farm.runner.driver import run as run_farm
 
     if junit:
-        pass  # refused before the run, not as a traceback after it
+        _check_writable(junit)  # refused before the run, not as a traceback after it
     opts = RunOptions(suite=suite, devices=devices, every=every, address=address, db=db,
                       retries=retries, test_timeout=test_timeout, job_timeout=job_timeout,
                       json=json_out, junit=junit)
