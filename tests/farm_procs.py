@@ -1,9 +1,9 @@
 """Launching `farm run` with an embedded fleet in a subprocess, and finding what it left behind.
 
-Every process of a fleet inherits the environment of the `farm` that started it, so a marker
-variable the test sets (``FARM_TEST_MARK``) names all of them, whatever Ray renamed them to
-(``ray::DashboardAgent``) and whoever reparented them: after the run, no live process may carry
-the marker. psutil is Ray's own copy (on sys.path once ``ray`` is imported).
+Ray's processes inherit the environment of the `farm` that started them, so a marker variable
+the test sets (``FARM_TEST_MARK``) names most of them; ``Seen`` also remembers the fleet's
+processes by identity while it runs, and its session directory (see there). After the run none
+may be alive. psutil is Ray's own copy (on sys.path once ``ray`` is imported).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -34,8 +35,11 @@ def launch(*args: str, stderr=subprocess.PIPE) -> tuple[subprocess.Popen, str]:
     mark = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
     env.update({MARK: mark, "PYTHONUNBUFFERED": "1"})
+    # Its own session: Ray's reaper, should it fire, signals the farm's process group, and
+    # that must not be pytest's.
     proc = subprocess.Popen([*FARM, "run", *args], cwd=REPO, env=env, text=True,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr)
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+                            start_new_session=True)
     return proc, mark
 
 
@@ -52,27 +56,62 @@ def marked(mark: str) -> list:
     return out
 
 
-def left_behind(mark: str, grace: float = 5.0) -> list[str]:
-    """What still runs with ``mark`` after ``grace`` seconds ("pid name" each)."""
-    deadline = time.monotonic() + grace
-    while True:
-        procs = marked(mark)
-        if not procs or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
-    ps, names = psutil(), []
-    for p in procs:
-        with contextlib.suppress(ps.Error):  # gone meanwhile
-            names.append(f"{p.pid} {p.name()}")
-    return names
+class Seen:
+    """What a run's fleet is made of, as seen while it runs: ``add`` records the farm's
+    descendants and marked processes (pid and start time) and the Ray session directories on
+    their command lines. Ray renames some processes (``ray::DashboardAgent``) and the new title
+    overwrites their environment, so the marker alone cannot find them once orphaned: they are
+    found by identity, or by the logs they hold open in the session directory."""
 
+    def __init__(self, proc, mark: str):
+        self.proc, self.mark = proc, mark
+        self.known: dict[tuple[int, float], str] = {}
+        self.sessions: set[str] = set()
 
-def kill_marked(mark: str) -> None:
-    """Cleanup after a failed test: nothing of it may outlive the test."""
-    ps = psutil()
-    for p in marked(mark):
+    def add(self) -> list:
+        ps = psutil()
+        procs = marked(self.mark)
         with contextlib.suppress(ps.Error):
-            p.kill()
+            procs += ps.Process(self.proc.pid).children(recursive=True)
+        for p in procs:
+            with contextlib.suppress(ps.Error):
+                cmd = " ".join(p.cmdline())
+                self.known[(p.pid, p.create_time())] = cmd[:200]
+                self.sessions.update(re.findall(r"/[^\s=:]*/session_\d{4}-[\d_-]+", cmd))
+        return procs
+
+    def alive(self) -> list[str]:
+        ps = psutil()
+        out = []
+        for p in ps.process_iter():
+            with contextlib.suppress(ps.Error):
+                if p.pid == os.getpid() or p.status() == ps.STATUS_ZOMBIE:
+                    continue
+                hit = (p.pid, p.create_time()) in self.known or p.environ().get(
+                    MARK) == self.mark
+                if not hit and self.sessions and p.cmdline()[:1] and p.cmdline()[0].startswith(
+                        "ray::"):
+                    hit = any(f.path.startswith(tuple(self.sessions)) for f in p.open_files())
+                if hit:
+                    out.append(f"{p.pid} {' '.join(p.cmdline())[:60]}")
+        return out
+
+    def left_behind(self, grace: float = 1.0) -> list[str]:
+        """What of the fleet still runs ``grace`` seconds after the farm exited."""
+        deadline = time.monotonic() + grace
+        while (left := self.alive()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return left
+
+    def kill(self) -> None:
+        """Cleanup after a failed test: nothing of it may outlive the test."""
+        ps = psutil()
+        for p in ps.process_iter():
+            with contextlib.suppress(ps.Error):
+                if p.pid == os.getpid():
+                    continue
+                if (p.pid, p.create_time()) in self.known or p.environ().get(MARK) == self.mark:
+                    p.kill()
 
 
 def ro(db: Path, sql: str) -> list[tuple]:

@@ -14,9 +14,10 @@ Teardown leaves no process behind, whenever it happens (a Ctrl-C while Ray is st
 included, when Ray's own bookkeeping of what it started is incomplete): Ray's dashboard and
 runtime-env agents ignore SIGTERM and outlive a raylet that dies first. So the fleet's processes
 are found three ways -- this process's descendants that were not there before (on Linux this
-process is made a child subreaper, so an orphaned agent stays a descendant), and any process that
-carries the fleet's own ``FARM_FLEET_ID`` in its environment (every Ray process inherits it) --
-stopped (SIGSTOP, so none can start another), then killed (SIGKILL) and reaped.
+process is made a child subreaper, so an orphaned agent stays a descendant), any process that
+carries the fleet's own ``FARM_FLEET_ID`` in its environment (Ray's processes inherit it), and
+any renamed ``ray::`` process holding files open in the fleet's session directory -- stopped
+(SIGSTOP, so none can start another), then killed (SIGKILL) and reaped.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import secrets
 import signal
 import sys
@@ -40,6 +42,7 @@ LOOPBACK = "127.0.0.1"
 ENV_MULTI_HOST = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
 ENV_FLEET = "FARM_FLEET_ID"  # in every process of one embedded fleet (they inherit it)
 REAP_S = 10.0  # how long teardown waits for killed processes to be gone
+_SESSION = re.compile(r"(/[^\s=:]*/session_\d{4}-\d\d-\d\d_[\d_-]+)(?=/|\s|$)")
 
 
 def plan(selectors: list[Selector], native: DeviceIdentity | None = None) -> list[DeviceIdentity]:
@@ -150,20 +153,37 @@ def _descendants() -> set[tuple[int, float]]:
     return out
 
 
-def fleet_processes(fleet_id: str, before: set[tuple[int, float]] = frozenset()) -> list:
-    """The live processes of the fleet ``fleet_id`` (psutil.Process objects)."""
+def fleet_processes(fleet_id: str, before: set[tuple[int, float]] = frozenset(),
+                    sessions: set[str] | None = None) -> list:
+    """The live processes of the fleet ``fleet_id`` (psutil.Process objects).
+
+    ``sessions`` collects the fleet's Ray session directories (named on its processes' command
+    lines): a process Ray renamed (``ray::DashboardAgent``; its environment is overwritten by
+    the new title too) and that lost its parent is still found by the logs it holds open there.
+    """
     psutil = _psutil()
+    sessions = set() if sessions is None else sessions
     me = os.getpid()
     found: dict[int, object] = {}
     for p in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.Error):
             if (p.pid, p.create_time()) not in before:
                 found[p.pid] = p
+    renamed = []
     for p in psutil.process_iter():
         if p.pid == me or p.pid in found:
             continue
         with contextlib.suppress(psutil.Error):
             if p.environ().get(ENV_FLEET) == fleet_id:
+                found[p.pid] = p
+            elif p.cmdline()[:1] and p.cmdline()[0].startswith("ray::"):
+                renamed.append(p)
+    for p in found.values():
+        with contextlib.suppress(psutil.Error):
+            sessions.update(_SESSION.findall(" ".join(p.cmdline())))
+    for p in renamed if sessions else ():
+        with contextlib.suppress(psutil.Error):
+            if any(f.path.startswith(tuple(sessions)) for f in p.open_files()):
                 found[p.pid] = p
     return list(found.values())
 
@@ -176,8 +196,9 @@ def kill_fleet(fleet_id: str, before: set[tuple[int, float]] = frozenset(),
     """
     psutil = _psutil()
     seen: dict[int, object] = {}
+    sessions: set[str] = set()
     for _ in range(5):  # stopped parents start nothing: a few passes find the whole tree
-        new = [p for p in fleet_processes(fleet_id, before) if p.pid not in seen]
+        new = [p for p in fleet_processes(fleet_id, before, sessions) if p.pid not in seen]
         if not new:
             break
         for p in new:
