@@ -15,6 +15,7 @@ import signal
 import sqlite3
 import time
 
+import pytest
 from db_fixtures import device
 from farm_procs import Seen, launch, marked, psutil, ro
 
@@ -104,7 +105,12 @@ def _seed(db) -> dict[str, str]:
     return ids
 
 
-def test_ctrl_c_while_the_fleet_starts_aborts_the_run_and_leaves_no_ray_process(tmp_path):
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["ctrl-c", "sigterm"])
+def test_a_signal_while_the_fleet_starts_aborts_the_run_and_leaves_no_ray_process(
+        tmp_path, sig, code):
+    """SIGTERM too: while Ray starts, its head node would install its own handler (kill what
+    it knows of, exit 1) over the run's."""
     db = tmp_path / "h.db"
     seeded = _seed(db)
     proc, mark = launch("--suite", f"{FIX}/suite_basic.py", "--devices", "g13s,g14",
@@ -121,18 +127,18 @@ def test_ctrl_c_while_the_fleet_starts_aborts_the_run_and_leaves_no_ray_process(
             time.sleep(0.02)
         assert len(agents) == 2, proc.communicate()[1]  # the head's, a device node's
         assert ro(db, "select count(*) from jobs") == [(3,)]  # no job: the seeded ones only
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         seen.add()
         out, err = proc.communicate(timeout=60)
         left = seen.left_behind()
     finally:
         proc.kill()
         seen.kill()
-    assert proc.returncode == 130, err
+    assert proc.returncode == code, err
     _no_dump(err)
     lines = err.strip().splitlines()
     assert lines[0].startswith("embedded fleet")
-    assert lines[-1].startswith("run ") and ": aborted (SIGINT) after " in lines[-1], err
+    assert lines[-1].startswith("run ") and f": aborted ({sig.name}) after " in lines[-1], err
     assert "0 result(s) kept" in lines[-1]
     assert out == ""
     assert left == [], left
