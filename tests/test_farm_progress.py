@@ -85,6 +85,9 @@ def test_done_total_and_eta_follow_the_pace_of_the_current_attempt():
 def test_off_a_terminal_progress_is_plain_lines_at_most_every_interval():
     out = io.StringIO()
     show = Progress(Console(file=out, width=200), live=False, every=0.3)
+    with show.phase("connecting to Ray at h:1", plain=False):
+        pass  # a short step whose error must stay the one line on stderr: no line of its own
+    assert out.getvalue() == ""
     with show.phase("starting fleet"):
         time.sleep(0.75)  # the main thread blocked: a line at the start, then one per 0.3 s
     lines = out.getvalue().splitlines()

@@ -97,7 +97,7 @@ def _run(opts: RunOptions, console: Console, guard: signals.Guard) -> RunOutcome
         context = run_context(opts.env)  # what changes dispatch, for the history
         staged = stack.enter_context(shipping.staged_tree(root))
         if address:
-            with show.phase(f"connecting to Ray at {address}"):
+            with show.phase(f"connecting to Ray at {address}", plain=False):
                 cluster.connect(address, shipping.runtime_env(staged, opts.env))
         else:
             devices = embedded.plan(selectors)

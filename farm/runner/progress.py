@@ -56,10 +56,11 @@ class Progress:
         self.console.print(text, highlight=False, markup=False)
 
     @contextlib.contextmanager
-    def phase(self, text: str) -> Iterator[None]:
+    def phase(self, text: str, plain: bool = True) -> Iterator[None]:
         """A step that blocks the main thread. Inside the jobs view (a health check on a retry)
-        the view itself stays up, so nothing more is shown."""
-        if self._view is not None:
+        the view itself stays up, so nothing more is shown; ``plain=False``: a terminal's
+        spinner only (a short step whose failure must stay the one line on stderr)."""
+        if self._view is not None or not (self.live or plain):
             yield
             return
         if self.live:
