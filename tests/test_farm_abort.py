@@ -11,6 +11,7 @@ saw of the fleet while it ran, tests/farm_procs.py). A ``running`` run whose dri
 from __future__ import annotations
 
 import contextlib
+import io
 import signal
 import sqlite3
 import time
@@ -154,3 +155,33 @@ def test_a_signal_while_the_fleet_starts_aborts_the_run_and_leaves_no_ray_proces
     assert any(ln.startswith("marked 1 orphaned run(s) aborted") and seeded["orphan"] in ln
                for ln in lines), err
     assert ro(db, "PRAGMA integrity_check") == [("ok",)]
+
+
+def test_a_run_beats_from_its_row_on_whatever_the_driver_is_blocked_in(tmp_path):
+    """The heartbeat is a thread: a driver blocked for a minute in Ray's start still beats, so
+    only a driver that is gone goes stale (ORPHAN_AFTER_S is many beats)."""
+    from rich.console import Console
+
+    from farm.runner.driver import HEARTBEAT_S
+    from farm.runner.record import RunRecord
+
+    assert ORPHAN_AFTER_S >= 10 * HEARTBEAT_S
+    db = tmp_path / "h.db"
+    h = open_history(db)
+    try:
+        rec = RunRecord(h, Console(file=io.StringIO()), every=0.1)
+        suite = type("Suite", (), {"name": "m8-parity"})()
+        opts = type("Opts", (), {"devices": "g13s"})()
+        run_id = rec.open(suite, opts, None, None)
+        first = ro(db, "select heartbeat from runs")[0][0]
+        time.sleep(0.5)  # the main thread blocked
+        beat = ro(db, "select heartbeat from runs")[0][0]
+        assert beat > first
+        rec.finish("aborted")
+        rec.finish("passed")  # once finished, every later exit path is a no-op
+        done = ro(db, "select status, heartbeat from runs")
+        time.sleep(0.3)
+        assert ro(db, "select status, heartbeat from runs") == done == [("aborted", done[0][1])]
+        assert ro(db, "select id from runs") == [(run_id,)]
+    finally:
+        h.close()
