@@ -185,3 +185,30 @@ def test_a_run_beats_from_its_row_on_whatever_the_driver_is_blocked_in(tmp_path)
         assert ro(db, "select id from runs") == [(run_id,)]
     finally:
         h.close()
+
+
+def test_the_guard_turns_sigterm_into_the_ctrl_c_path_and_defers_it_during_teardown():
+    import os
+
+    from farm.runner.signals import Guard, Interrupted
+
+    before = signal.getsignal(signal.SIGTERM)
+    with Guard() as g:
+        with pytest.raises(KeyboardInterrupt) as e:  # what every abort path catches
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        assert isinstance(e.value, Interrupted)
+        assert (e.value.name, e.value.exit_code) == ("SIGTERM", 143)
+        g.received = None
+        with g.deferred():  # a teardown runs to its end; the signal is remembered
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)
+        assert g.received == signal.SIGINT
+        with pytest.raises(Interrupted) as e:  # ... and raised at the next safe point
+            g.check()
+        assert e.value.exit_code == 130
+        g.handled = True  # the abort is under way: later signals are noted only
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.1)
+        g.check()
+    assert signal.getsignal(signal.SIGTERM) is before

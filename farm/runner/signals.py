@@ -85,7 +85,7 @@ class Guard:
     def _handle(self, signum: int, frame) -> None:
         if self.received is None:
             self.received = signum
-        if self._defer:
+        if self._defer or self.handled:  # tearing down, or the abort is under way
             return
         raise Interrupted(signum)
 
