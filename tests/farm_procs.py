@@ -91,7 +91,8 @@ class Seen:
                     MARK) == self.mark
                 if not hit and self.sessions and p.cmdline()[:1] and p.cmdline()[0].startswith(
                         "ray::"):
-                    hit = any(f.path.startswith(tuple(self.sessions)) for f in p.open_files())
+                    hit = any(f.path.startswith(tuple(d + "/" for d in self.sessions))
+                              for f in p.open_files())
                 if hit:
                     out.append(f"{p.pid} {' '.join(p.cmdline())[:60]}")
         return out

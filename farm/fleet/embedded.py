@@ -181,9 +181,10 @@ def fleet_processes(fleet_id: str, before: set[tuple[int, float]] = frozenset(),
     for p in found.values():
         with contextlib.suppress(psutil.Error):
             sessions.update(_SESSION.findall(" ".join(p.cmdline())))
+    inside = tuple(d + "/" for d in sessions)
     for p in renamed if sessions else ():
         with contextlib.suppress(psutil.Error):
-            if any(f.path.startswith(tuple(sessions)) for f in p.open_files()):
+            if any(f.path.startswith(inside) for f in p.open_files()):
                 found[p.pid] = p
     return list(found.values())
 
