@@ -1,9 +1,9 @@
 """pytest plugin: `--farm-db PATH` records a local run in the history, `--farm-junit PATH`
 writes it as JUnit XML (through `db.junit`, the writer `farm export` and `farm run` use).
 
-Both name the run after the suite it is: `--farm-suite NAME` when given, else the manifest suite
-(suites/manifest.toml) whose paths and markers are exactly those of this session (`pytest
-suites/test_parity.py` is `m8-parity`, `pytest suites` is `all`), else the paths themselves.
+Both name the run after the suite its ``session_start`` names: the suites plugin works it out
+from the manifest (`suites.session`: `pytest suites/test_parity.py` is `m8-parity`), so the
+history never reads the suites package.
 
 `--farm-db` implements `pytest_farm_event` (the hook `suites.plugin` calls with every results-stream
 object): `session_start` opens a run and a job on the device it names, results are written in
@@ -28,7 +28,7 @@ FLUSH_EVERY = 50
 FLUSH_AFTER_S = 5.0
 KEY = pytest.StashKey["Recorder"]()
 JUNIT_KEY = pytest.StashKey["JunitReport"]()
-ROOT = Path(__file__).resolve().parent.parent  # the checkout: manifest paths are relative to it
+ROOT = Path(__file__).resolve().parent.parent  # the checkout whose revision is recorded
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -42,47 +42,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def suite_name(config: pytest.Config) -> str:
-    """The suite this session runs (see the module docstring)."""
+    """The suite to record until the session says which it is: the suites plugin's
+    ``session_start`` names it (`suites.session.suite_name`, from the manifest); without that
+    plugin, the paths given."""
     given = config.getoption("farm_suite", None)
-    if given:
-        return str(given)
-    base = (config.rootpath if config.args_source == pytest.Config.ArgsSource.TESTPATHS
-            else config.invocation_params.dir)
-    paths = [_relative(base, a) for a in config.args] or ["."]
-    markers = (config.getoption("markexpr", "") or "").strip()
-    try:  # lazily, and never fatal: the suites package names suites, the history only records
-        from suites.manifest import load_manifest
-
-        manifest = load_manifest()
-    except Exception:  # noqa: BLE001 - a broken manifest must not stop a test session
-        manifest = {}
-    files = _files(paths)
-    for suite in manifest.values():
-        if suite.markers == markers and _files(suite.paths) == files:
-            return suite.name
-    return " ".join(paths)[:200]
-
-
-def _relative(base: Path, arg: str) -> str:
-    """A pytest argument as a path relative to the checkout when inside it (``::node`` kept)."""
-    file_part, sep, node = str(arg).partition("::")
-    full = (base / file_part).resolve()
-    rel = full.relative_to(ROOT).as_posix() if full.is_relative_to(ROOT) else full.as_posix()
-    return rel + sep + node
-
-
-def _files(paths: list[str]) -> frozenset[str]:
-    """What the paths select: a directory stands for its test modules, so `suites` and the
-    list of every suite module are the same selection."""
-    out = set()
-    for p in paths:
-        file_part, sep, _ = p.partition("::")
-        full = ROOT / file_part
-        if not sep and full.is_dir() and full.resolve().is_relative_to(ROOT):
-            out.update(f.relative_to(ROOT).as_posix() for f in sorted(full.rglob("test_*.py")))
-        else:
-            out.add(p.rstrip("/"))
-    return frozenset(out)
+    return str(given) if given else (" ".join(map(str, config.args)) or ".")[:200]
 
 
 class Recorder:

@@ -39,6 +39,7 @@ from suites.expectations import (
     device_tags,
     load_expectations,
 )
+from suites.session import suite_name
 
 SCHEMA = 1
 PROPERTY = "dflash2"  # the user_properties key that carries a test's measure payload
@@ -257,7 +258,7 @@ class FarmSession:
             "type": "session_start", "schema": SCHEMA, "time": time.time(),
             "device": self.device.to_json(), "host": socket.gethostname(),
             "os": f"{platform.system()} {platform.release()}",
-            "suite": self.config.getoption("farm_suite"),
+            "suite": suite_name(self.config),
             "args": [str(a) for a in self.config.invocation_params.args],
             "expectations": self.expectations_label,
             # What changes dispatch (DFLASH2_* variables, table hash, MLX): the history names a
