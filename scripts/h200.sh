@@ -6,8 +6,12 @@
 #                                  wheel into .whl/p1 and .whl/p2 (45 MB parts)
 #   scripts/h200.sh stage          there: copy whatever parts this call carried to /tmp/wheels
 #   scripts/h200.sh install        there: join the parts, install into /tmp/site (PYTHONPATH)
-#   scripts/h200.sh bench ARGS     there: bench/cuda_verify.py into /tmp/h200res (kept while the
-#                                  machine is warm, so a run can span calls), copied to $OUT
+#   scripts/h200.sh bench ARGS     there: bench/cuda_verify.py (the honest bench: read ceiling,
+#                                  cold and hot weights, eager and compiled, host cost) into
+#                                  /tmp/h200res, copied to $OUT; commit $OUT's cuda_verify.{json,md}
+#                                  under bench/results/h200/
+#   scripts/h200.sh sweep ARGS     there: bench/cuda_verify_sweep.py, the HOT-weight tiling sweep
+#                                  and correctness check (ranks tiles; its times overstate speed)
 #   scripts/h200.sh suites         there: numeric-bounds, fingerprint and parity suites under
 #                                  plain pytest with the candidate sm_90 table the bench emitted:
 #                                  fingerprint goldens recorded first, then every suite checked,
@@ -52,10 +56,22 @@ case "$cmd" in
     shift
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
     mkdir -p /tmp/h200res
-    # A fresh machine continues from the committed results (a run spans calls and machines).
-    [ -f /tmp/h200res/cuda_verify.json ] || cp bench/results/h200/cuda_verify.json /tmp/h200res/
     status=0
-    timeout "${BENCH_TIMEOUT:-480}" python3 bench/cuda_verify.py --out /tmp/h200res "$@" || status=$?
+    timeout "${BENCH_TIMEOUT:-480}" python3 bench/cuda_verify.py --out /tmp/h200res "$@" \
+      2>&1 | tee /tmp/h200res/cuda_verify.log || status=$?
+    cp -r /tmp/h200res/. "$OUT"/
+    exit $status
+    ;;
+  sweep)
+    shift
+    export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+    mkdir -p /tmp/h200res
+    # A fresh machine continues from the committed sweep (a sweep spans calls and machines).
+    [ -f /tmp/h200res/cuda_verify_sweep.json ] || \
+      cp bench/results/h200/cuda_verify.json /tmp/h200res/cuda_verify_sweep.json
+    status=0
+    timeout "${BENCH_TIMEOUT:-480}" python3 bench/cuda_verify_sweep.py --out /tmp/h200res "$@" \
+      || status=$?
     cp -r /tmp/h200res/. "$OUT"/
     exit $status
     ;;
@@ -74,7 +90,7 @@ case "$cmd" in
       suites/test_selection.py --results-jsonl "$OUT/h200_suites.jsonl" 2>&1 | tee "$OUT/suites.log" | tail -40
     ;;
   *)
-    echo "usage: scripts/h200.sh fetch|stage|install|bench|suites" >&2
+    echo "usage: scripts/h200.sh fetch|stage|install|bench|sweep|suites" >&2
     exit 2
     ;;
 esac
