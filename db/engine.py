@@ -4,7 +4,9 @@ SQLite runs in WAL mode with a busy timeout, and every write transaction begins 
 ``BEGIN IMMEDIATE``: a deferred transaction that reads then writes can fail at once with
 "database is locked" (the busy handler cannot help a read lock that must upgrade), an immediate
 one waits for the writer lock instead. Read-only engines open the file with ``mode=ro`` and
-``PRAGMA query_only``, so writes are refused by SQLite itself.
+``PRAGMA query_only``, so writes are refused by SQLite itself; user SQL (``query``) also runs
+under an authorizer that denies ``ATTACH`` (which would open, or create, a file at any path the
+user names) and ``DETACH``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ def make_engine(loc: Location, mode: Mode = "write") -> Engine:
         cur.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         if readonly:
             cur.execute("PRAGMA query_only = ON")
+            dbapi_conn.set_authorizer(_deny_attach)
         elif mode == "write":
             cur.execute("PRAGMA journal_mode = WAL")
             cur.execute("PRAGMA synchronous = NORMAL")
@@ -53,6 +56,16 @@ def make_engine(loc: Location, mode: Mode = "write") -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if mode == "write" else "BEGIN")
 
     return engine
+
+
+def _deny_attach(action: int, *_args) -> int:
+    """sqlite3 authorizer for user SQL: no ATTACH/DETACH (``mode=ro`` binds only the main file;
+    an attached one would be opened, or created, read-write)."""
+    import sqlite3
+
+    if action in (sqlite3.SQLITE_ATTACH, sqlite3.SQLITE_DETACH):
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
 
 
 def _server_engine(loc: Location, *, readonly: bool) -> Engine:

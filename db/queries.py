@@ -285,6 +285,9 @@ def _query_error(e: Exception) -> str:
     low = msg.lower()
     if "readonly" in low or "read-only" in low or "read only" in low or "query_only" in low:
         return f"refused: `farm query` is read-only ({msg})"
+    if "not authorized" in low:  # the query engine's authorizer (db/engine.py)
+        return (f"refused: `farm query` reads this history only; ATTACH and DETACH are not "
+                f"allowed ({msg})")
     if "multiple commands" in low or "one statement at a time" in low:
         return f"invalid SQL: give one statement at a time ({msg})"
     return f"invalid SQL: {msg[:300]}"

@@ -23,6 +23,7 @@ Every ``ray.get``/``ray.wait`` has a deadline. What the run shows meanwhile: `pr
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 
@@ -69,10 +70,13 @@ def _run(opts: RunOptions, console: Console, guard: signals.Guard) -> RunOutcome
     from suites.manifest import resolve_suite
 
     t0 = time.monotonic()
-    if opts.test_timeout is not None and opts.test_timeout <= 0:
-        raise FarmError("--test-timeout must be > 0 seconds", EXIT_USAGE)
-    if opts.job_timeout is not None and opts.job_timeout <= 0:
-        raise FarmError("--job-timeout must be > 0 seconds", EXIT_USAGE)
+    # nan compares false with everything, so "<= 0" alone would let it through and switch the
+    # watchdog off; inf would do the same by never expiring.
+    for flag, value in (("--test-timeout", opts.test_timeout), ("--job-timeout",
+                                                                 opts.job_timeout)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise FarmError(f"{flag} must be > 0 seconds and finite (got {value:g})",
+                            EXIT_USAGE)
     if opts.retries < 0:
         raise FarmError("--retries must be >= 0", EXIT_USAGE)
     selectors = parse_selectors(opts.devices)
