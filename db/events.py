@@ -34,10 +34,32 @@ FAILING_OUTCOMES = ("failed", "error", "crashed", "timeout")
 DEVICE_FIELDS = ("arch", "generation", "size", "chip", "host", "os", "mlx_version", "emulated")
 
 
+def clean_text(s: str) -> str:
+    """``s`` storable and printable: lone surrogates (bytes a test wrote that no codec decoded,
+    carried by JSON as ``\\udcff``) become backslash escapes; SQLite's driver and a strict
+    stdout would raise on them, losing the whole batch or the run's summary."""
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def scrub(obj: Any) -> Any:
+    """``obj`` (a results-stream event) with every string `clean_text`-ed, keys included."""
+    if isinstance(obj, str):
+        return clean_text(obj)
+    if isinstance(obj, dict):
+        return {scrub(k): scrub(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [scrub(v) for v in obj]
+    return obj
+
+
 def _str(v: Any, default: str | None = None) -> str | None:
     if v is None:
         return default
-    return v if isinstance(v, str) else str(v)
+    return clean_text(v if isinstance(v, str) else str(v))
 
 
 def _float(v: Any) -> float | None:

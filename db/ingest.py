@@ -25,7 +25,7 @@ from sqlalchemy.exc import IntegrityError
 
 from db import models as m
 from db.errors import EXIT_USAGE, FarmError
-from db.events import unknown_impl
+from db.events import scrub, unknown_impl
 from db.history import History
 from kernels.recorder import IMPLEMENTATIONS
 
@@ -43,7 +43,7 @@ def read_jsonl(path: Path) -> Iterator[dict]:
             except json.JSONDecodeError:
                 continue
             if isinstance(obj, dict):
-                yield obj
+                yield scrub(obj)
 
 
 def load_jsonl(path: str | os.PathLike) -> list[dict]:
@@ -116,9 +116,14 @@ def ingest_jsonl(h: History, path: str | os.PathLike, *, suite: str | None = Non
             return done
         raise
     writer = JobWriter(h, run_id)
-    for ev in events:
-        writer.feed(ev)
-    writer.close()
+    try:
+        for ev in events:
+            writer.feed(ev)
+        writer.close()
+    except BaseException:
+        # What was written stays; the run is ended, never left `running` for ever.
+        h.finish_run(run_id, "incomplete")
+        raise
     h.finish_run(run_id, h.run_verdict(run_id))
     return run_id
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from db.events import scrub
 from dflash2.device import parse_selectors
 from farm.errors import EXIT_FLAGGED, EXIT_INFRA, EXIT_OK, FarmError
 from farm.fleet import devices as fleet
@@ -188,7 +189,9 @@ class Driver:
     def take(self, i: int, batch: list[dict]) -> None:
         job = self.jobs[i]
         store: list[dict] = []
-        for ev in batch:
+        # Undecodable bytes in a test's output are escaped once, here: stored, printed in the
+        # summary and written as JSON alike, never raising after the run is under way.
+        for ev in scrub(batch):
             kind = ev.get("type")
             if kind == "farm_job_start":
                 job.state = "running"
