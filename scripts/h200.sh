@@ -10,6 +10,8 @@
 #                                  cold and hot weights, eager and compiled, host cost) into
 #                                  /tmp/h200res, copied to $OUT; commit $OUT's cuda_verify.{json,md}
 #                                  under bench/results/h200/
+#   scripts/h200.sh ncu            there: ncu kernel times of stock and custom at M=8, cold
+#                                  (bench/cuda_verify_ncu.py), CSV into $OUT/ncu.csv
 #   scripts/h200.sh sweep ARGS     there: bench/cuda_verify_sweep.py, the HOT-weight tiling sweep
 #                                  and correctness check (ranks tiles; its times overstate speed)
 #   scripts/h200.sh suites         there: numeric-bounds, fingerprint and parity suites under
@@ -62,6 +64,17 @@ case "$cmd" in
     cp -r /tmp/h200res/. "$OUT"/
     exit $status
     ;;
+  ncu)
+    # Kernel time from the profiler (ncu is at /usr/local/cuda/bin there; nsys is absent):
+    # clocks left as they run (--clock-control none), caches flushed before every kernel.
+    export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+    NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    timeout "${NCU_TIMEOUT:-240}" "$NCU" --clock-control none --cache-control all \
+      -k 'regex:qmm|qmv|dflash2' --csv --metrics \
+      gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,launch__grid_size,launch__registers_per_thread \
+      python3 bench/cuda_verify_ncu.py > "$OUT/ncu.csv" 2> "$OUT/ncu.err" || echo "ncu rc $?"
+    grep -c dflash2 "$OUT/ncu.csv" || true
+    ;;
   sweep)
     shift
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -90,7 +103,7 @@ case "$cmd" in
       suites/test_selection.py --results-jsonl "$OUT/h200_suites.jsonl" 2>&1 | tee "$OUT/suites.log" | tail -40
     ;;
   *)
-    echo "usage: scripts/h200.sh fetch|stage|install|bench|sweep|suites" >&2
+    echo "usage: scripts/h200.sh fetch|stage|install|bench|ncu|sweep|suites" >&2
     exit 2
     ;;
 esac
