@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -27,6 +28,7 @@ from db.migrate import upgrade
 
 # A run whose heartbeat is older than this when the history is opened for writing is aborted.
 STALE_AFTER_S = 900.0
+READ_CHECK_S = 0.2  # how long a read command spends looking for damage before answering
 RUN_STATUSES = ("running", "passed", "failed", "incomplete", "aborted")
 JOB_STATUSES = ("running", "passed", "failed", "lost", "crashed", "timeout", "error")
 
@@ -302,6 +304,7 @@ def open_history(
     where = loc.describe()
     if loc.is_sqlite:
         _prepare_file(loc.path, write=write)
+        _check_integrity(loc.path, write=write)
     try:
         read_engine, write_engine = make_engine(loc, "read"), make_engine(loc, "write")
         upgrade(read_engine, write_engine, where)
@@ -334,6 +337,47 @@ def _prepare_file(path: Path, *, write: bool) -> None:
     elif path.stat().st_size > 0 and not _is_sqlite(path):
         raise FarmError(f"{path} is not a SQLite database: point --db at a history "
                         f"file or move it away", EXIT_USAGE)
+
+
+def integrity_problem(path: Path, budget_s: float | None = None) -> str | None:
+    """The first line of ``PRAGMA quick_check`` when it finds damage, else None. With
+    ``budget_s`` the check gives up (None) once it has run that long: a listing must stay fast
+    on a large history, a writer must not."""
+    import sqlite3
+
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    if budget_s is not None:
+        deadline = time.monotonic() + budget_s
+        con.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+    try:
+        rows = con.execute("PRAGMA quick_check").fetchall()
+    except sqlite3.OperationalError as e:
+        if "interrupted" in str(e):
+            return None
+        return " ".join(str(e).split())
+    except sqlite3.DatabaseError as e:
+        return " ".join(str(e).split())
+    finally:
+        con.close()
+    first = " ".join(str(rows[0][0]).split()) if rows else "ok"
+    return None if first == "ok" else first[:200]
+
+
+def _check_integrity(path: Path, *, write: bool) -> None:
+    """A damaged history is refused for writing before anything starts (a run would write rows
+    into it, then die mid-run), and read commands still answer, with a warning on stderr, since
+    what is readable may be what the user needs to recover."""
+    problem = integrity_problem(path, None if write else READ_CHECK_S)
+    if problem is None:
+        return
+    if write:
+        raise FarmError(f"the history at {path} is damaged (quick_check: {problem}): nothing "
+                        f"was written; recover it (`sqlite3 {path} .recover`) or point --db "
+                        f"elsewhere", EXIT_USAGE)
+    sys.stderr.write(f"warning: the history at {path} is damaged (quick_check: {problem}); "
+                     f"answers may be incomplete\n")
 
 
 def _is_sqlite(path: Path) -> bool:

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
-from db_fixtures import device, record, result
+from db_fixtures import device, record, result, session_finish, session_start, write_jsonl
 
 from db import open_history
 
@@ -36,6 +36,22 @@ PY = sys.executable
 FIX = "tests/farm_fixtures"
 BASIC = f"{FIX}/suite_basic.py"
 TIMEOUT_S = 60
+
+
+def _damaged(path: Path) -> None:
+    """A history whose header and schema are intact and one page of results is garbage."""
+    h = open_history(path)
+    record(h, [(device(), "mac-1", [result(f"suites/t.py::test_{i}") for i in range(400)])])
+    h.close()
+    with sqlite3.connect(path) as c:
+        c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page_size = c.execute("PRAGMA page_size").fetchone()[0]
+        pages = [r[0] for r in c.execute("SELECT pageno FROM dbstat WHERE name = 'results' "
+                                         "ORDER BY pageno")]
+    c.close()
+    with open(path, "r+b") as f:
+        f.seek((pages[len(pages) // 2] - 1) * page_size + 100)
+        f.write(bytes(range(256)) * ((page_size - 200) // 256))
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +67,8 @@ def seeds(tmp_path_factory) -> dict[str, Path]:
     with sqlite3.connect(future) as c:  # a schema from a newer farm
         c.execute("UPDATE alembic_version SET version_num = 'f00d_from_the_future'")
     c.close()
+    _damaged(d / "damaged.db")
+    write_jsonl(d / "valid.jsonl", [session_start(), result(), session_finish()])
     (d / "junk.db").write_bytes(os.urandom(4096))
     (d / "garbage.jsonl").write_text("garbage\n{not json\n\x00\x01\n")
     (d / "malformed.txt").write_text("this is not an expectations line\n")
@@ -131,6 +149,10 @@ CASES = [
      "cannot create the history at /proc/x/h.db", "error: "),
     ("history-random-bytes", [*RUN, "--db", "{junk}"], {}, 2,
      "is not a SQLite database", "error: "),
+    ("history-damaged-run", [*RUN, "--db", "{damaged}"], {}, 2,
+     "is damaged (quick_check:", "error: "),
+    ("history-damaged-ingest", [FARM, "ingest", "{valid}", "--db", "{damaged}"], {}, 2,
+     "is damaged (quick_check:", "error: "),
     ("history-newer-schema-run", [*RUN, "--db", "{future}"], {}, 2,
      "f00d_from_the_future", "error: "),
     # history commands
@@ -212,3 +234,24 @@ def test_bad_input_is_one_line_its_exit_code_and_no_history_change(place, argv, 
 
 def test_the_battery_covers_at_least_twenty_bad_inputs():
     assert len(CASES) >= 20 and len({c[0] for c in CASES}) == len(CASES)
+
+
+def test_a_damaged_history_still_answers_reads_with_a_warning(place):
+    """What is readable is answered, under a warning; a read that meets the damaged page is one
+    error line, exit 2, never a traceback."""
+    def farm(*argv):
+        return subprocess.run([FARM, *argv, "--db", place["damaged"]], cwd=REPO,
+                              capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+
+    ok = farm("query", "SELECT id AS run_id FROM runs")
+    assert ok.returncode == 0 and "run_id" in ok.stdout
+    (line,) = ok.stderr.strip().splitlines()
+    assert line.startswith("warning: the history at") and "is damaged" in line
+    bad = farm("runs")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr[-2000:]
+    warning, error = bad.stderr.strip().splitlines()
+    assert warning.startswith("warning: ") and error.startswith(
+        "error: the history could not be read (database disk image is malformed)")
+    good = subprocess.run([FARM, "runs", "--db", place["good"]], cwd=REPO, capture_output=True,
+                          text=True, timeout=TIMEOUT_S, check=False)
+    assert good.returncode == 0 and good.stderr == ""

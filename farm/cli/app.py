@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
+from sqlalchemy.exc import DatabaseError
 
 from farm.errors import EXIT_USAGE, Dflash2Error, FarmError
 
@@ -100,6 +101,11 @@ def main() -> None:
     except FarmError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)
+    except DatabaseError as e:  # the history failed under a read (a damaged page, say)
+        orig = " ".join(str(getattr(e, "orig", None) or e).split())[:300]
+        typer.echo(f"error: the history could not be read ({orig}): if it is damaged, recover "
+                   f"it (`sqlite3 FILE .recover`) or point --db elsewhere", err=True)
+        sys.exit(EXIT_USAGE)
     except Dflash2Error as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(EXIT_USAGE)
