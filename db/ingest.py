@@ -27,6 +27,7 @@ from db import models as m
 from db.errors import EXIT_USAGE, FarmError
 from db.events import scrub, unknown_impl
 from db.history import History
+from db.validate import line_problems, refusal
 from kernels.recorder import IMPLEMENTATIONS
 
 BATCH = 500
@@ -51,9 +52,25 @@ def load_jsonl(path: str | os.PathLike) -> list[dict]:
     callers check it before opening the history, so a bad file creates or changes nothing."""
     p = Path(path)
     try:
-        events = list(read_jsonl(p))
+        with open(p, encoding="utf-8", errors="replace") as f:
+            lines = [(n, s.strip()) for n, s in enumerate(f, 1) if s.strip()]
     except OSError as e:
         raise FarmError(f"cannot read {p}: {e.strerror or e}", EXIT_USAGE) from None
+    events: list[dict] = []
+    problems: list[str] = []
+    for i, (n, line) in enumerate(lines):
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            obj = None
+        problems += line_problems(n, obj, last=i == len(lines) - 1)
+        if isinstance(obj, dict):
+            events.append(scrub(obj))
+    if not any(e.get("type") == "session_start" for e in events):
+        check_events(p, events)  # the clearer refusal: not a results stream at all
+    if problems:
+        raise FarmError(f"{p}: {refusal(problems)}: not what docs/RESULTS_FORMAT.md describes; "
+                        f"nothing was recorded", EXIT_USAGE)
     check_events(p, events)
     return events
 

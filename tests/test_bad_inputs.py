@@ -17,6 +17,7 @@ command-line case here is the kernel benchmark's bad --dtype.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import sqlite3
@@ -69,6 +70,18 @@ def seeds(tmp_path_factory) -> dict[str, Path]:
     c.close()
     _damaged(d / "damaged.db")
     write_jsonl(d / "valid.jsonl", [session_start(), result(), session_finish()])
+    bad_lines = {  # one documented-schema breakage each, on line 2 of a results file
+        "outcome_7": {**result(), "outcome": 7},
+        "null_nodeid": {**result(), "nodeid": None},
+        "list_message": {**result(), "message": ["a"]},
+        "string_value": result(measurements=[{"name": "x", "value": "1.5"}]),
+        "float_shape": result(selections=[{"op": "o", "dtype": "bfloat16", "M": 8.5, "K": 1,
+                                           "N": 1, "variant": "stock", "reason": None}]),
+    }
+    for name, ev in bad_lines.items():
+        write_jsonl(d / f"{name}.jsonl", [session_start(), ev, session_finish()])
+    (d / "middle_garbage.jsonl").write_text(
+        json.dumps(session_start()) + "\nnot json\n" + json.dumps(session_finish()) + "\n")
     (d / "junk.db").write_bytes(os.urandom(4096))
     (d / "garbage.jsonl").write_text("garbage\n{not json\n\x00\x01\n")
     (d / "malformed.txt").write_text("this is not an expectations line\n")
@@ -186,6 +199,19 @@ CASES = [
      "garbage.jsonl", "error: "),
     ("ingest-garbage-into-no-history", [FARM, "ingest", "{garbage}", "--db", "{fresh}"], {}, 2,
      "garbage.jsonl", "error: "),
+    ("ingest-outcome-not-a-word", [FARM, "ingest", "{outcome_7}", "--db", "{good}"], {}, 2,
+     "line 2 (suites/test_parity.py::test_m8[gate_up-bfloat16]): outcome 7 is not one of",
+     "error: "),
+    ("ingest-null-nodeid", [FARM, "ingest", "{null_nodeid}", "--db", "{good}"], {}, 2,
+     "line 2: nodeid must be a non-empty string, not None", "error: "),
+    ("ingest-list-message", [FARM, "ingest", "{list_message}", "--db", "{good}"], {}, 2,
+     "message must be a string, not list", "error: "),
+    ("ingest-string-value", [FARM, "ingest", "{string_value}", "--db", "{good}"], {}, 2,
+     "measurements[0].value must be a number or null, not '1.5'", "error: "),
+    ("ingest-float-shape", [FARM, "ingest", "{float_shape}", "--db", "{good}"], {}, 2,
+     "selections[0].M must be an integer, not 8.5", "error: "),
+    ("ingest-garbage-mid-file", [FARM, "ingest", "{middle_garbage}", "--db", "{good}"], {}, 2,
+     "line 2: not JSON", "error: "),
     # the suites under plain pytest: pytest's usage error, one ERROR line
     ("pytest-malformed-expectations", [PY, "-m", "pytest", "suites/test_selection.py",
                                        "--expectations", "{malformed}", "--farm-db",

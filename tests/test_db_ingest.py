@@ -112,7 +112,6 @@ def test_ingest_jsonl_keeps_everything_readable(tmp_path):
         result("suites/t.py::b", outcome="failed", category="expected_fail", expected="fail"),
     ])
     with open(path, "a") as f:
-        f.write("this is not json\n")
         f.write(json.dumps(session_finish()) + "\n")
         f.write('{"type": "result", "nodeid": "trunc')  # the writer died mid-line
     h = open_history(tmp_path / "h.db")
