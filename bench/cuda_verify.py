@@ -63,8 +63,8 @@ def read_ceiling(gib: float, reps: int) -> dict:
     a = mx.ones((n,), dtype=mx.float32)
     mx.eval(a)
     out = {"gib": gib, "elements": n}
-    for label, fn, moved in (("sum_read_only", lambda: mx.sum(a), n * 4),
-                             ("copy_a_plus_1_read_write", lambda: a + 1.0, 2 * n * 4)):
+    for label, fn, moved in (("sum_read_only", lambda a=a: mx.sum(a), n * 4),
+                             ("copy_a_plus_1_read_write", lambda a=a: a + 1.0, 2 * n * 4)):
         for _ in range(3):
             mx.eval(fn())
         ts = []
@@ -91,7 +91,7 @@ def profilers() -> dict:
         if path and tool != "nvidia-smi":
             try:
                 entry["version"] = subprocess.run([path, "--version"], capture_output=True,
-                                                  text=True, timeout=30).stdout.strip()[-200:]
+                                                  text=True, timeout=30, check=False).stdout.strip()[-200:]
             except Exception as e:  # noqa: BLE001 - recorded, not fatal
                 entry["version_error"] = str(e)[:200]
         res[tool] = entry
@@ -99,9 +99,10 @@ def profilers() -> dict:
     if smi:
         try:
             res["clocks"] = subprocess.run(
-                [smi, "--query-gpu=name,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,"
-                      "power.draw,temperature.gpu,persistence_mode",
-                 "--format=csv"], capture_output=True, text=True, timeout=30).stdout.strip()
+                [smi, ("--query-gpu=name,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,"
+                       "power.draw,temperature.gpu,persistence_mode"),
+                 "--format=csv"], capture_output=True, text=True, timeout=30,
+                check=False).stdout.strip()
         except Exception as e:  # noqa: BLE001
             res["clocks_error"] = str(e)[:200]
     return res
@@ -213,7 +214,7 @@ def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float
                 if path.startswith("custom") and "custom_error" in row:
                     continue
 
-                def make(i, fn=fn, ws=ws):
+                def make(i, fn=fn, ws=ws, x=x):
                     q = ws[i % len(ws)]
                     return fn(x, q.wq, q.scales, q.biases)
                 try:
@@ -253,8 +254,8 @@ def render(res: dict) -> str:
     prof = res.get("profilers", {})
     lines = [
         f"# CUDA verify kernels on {dev['chip']} ({dev['arch']}, MLX {dev['mlx_version']})", "",
-        f"Measured {res['measured_at']} by `bench/cuda_verify.py` "
-        f"({'--quick' if res.get('quick') else 'full'} mode).", "",
+        (f"Measured {res['measured_at']} by `bench/cuda_verify.py` "
+         f"({'--quick' if res.get('quick') else 'full'} mode)."), "",
         (f"Read-only ceiling (`mx.sum` over {c['gib']:g} GiB float32): "
          f"**{c['sum_read_only']['Bps'] / 1e12:.2f} TB/s** (used as the ceiling). "
          f"Elementwise copy `a + 1` over the same {c['gib']:g} GiB, read + write, for "
@@ -276,7 +277,8 @@ def render(res: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for temp in ("cold", "hot"):
         for r in res["rows"]:
-            g = lambda p, suf="_us": r.get(f"{temp}_{p}{suf}")  # noqa: E731
+            def g(p, suf="_us", r=r, temp=temp):
+                return r.get(f"{temp}_{p}{suf}")
             lines.append(
                 f"| {r['shape']} ({r['K']}x{r['N']}) | {r['dtype']} | {r['M']} | {temp} | "
                 f"{r['floor_us']:.1f} | {_f(g('stock_eager'))} | {_f(g('stock_compiled'))} | "
@@ -298,8 +300,8 @@ def render(res: dict) -> str:
                          "stock_eager", "stock_compiled", "custom_eager", "custom_compiled"))
                      + " |")
     lines += ["", "Host cost per launch (µs, graph built, not evaluated; hot weights):", "",
-              "| shape | dtype | M | kernel (tile) | stock | stock compiled | custom eager | "
-              "custom compiled | custom vs stock max rel diff |",
+              ("| shape | dtype | M | kernel (tile) | stock | stock compiled | custom eager | "
+               "custom compiled | custom vs stock max rel diff |"),
               "|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         p = ", ".join(f"{k}={v}" for k, v in r["params"].items())

@@ -18,9 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import json
 
-import mlx.core as mx
-
 import cuda_verify as cv
+import mlx.core as mx
 
 REPS = 3
 
