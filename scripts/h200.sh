@@ -20,8 +20,14 @@
 #                                  results as JSONL in $OUT (for `farm ingest`); with
 #                                  RECORD_GOLDENS=0 the committed goldens and table are checked
 #
-# One call carries .whl/p1 and runs `stage`; the next (while the machine is warm) carries .whl/p2
-# and runs `stage && install && ...`.
+# One call carries .whl/p1 and runs `stage`; the next (while the machine is warm: it is given
+# back after 30 s idle, so issue it at once) carries .whl/p2 and runs `stage && install && ...`.
+# The committed bench/results/h200/cuda_verify.* came from, on a fresh clone:
+#   here:  scripts/h200.sh fetch
+#   run (carry .whl/p1):  bash scripts/h200.sh stage
+#   run (carry .whl/p2):  set -o pipefail; bash scripts/h200.sh stage && bash scripts/h200.sh install
+#                         && BENCH_TIMEOUT=330 bash scripts/h200.sh bench && bash scripts/h200.sh ncu
+#   here:  copy cuda_verify.{json,md,log} and ncu.csv from the run's files into bench/results/h200/
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"
