@@ -28,6 +28,9 @@ from db.migrate import upgrade
 
 # A run whose heartbeat is older than this when the history is opened for writing is aborted.
 STALE_AFTER_S = 900.0
+# A farm driver beats every few seconds (farm.runner.record); this many seconds without a beat
+# and its run is orphaned.
+DRIVER_LEASE_S = 60.0
 READ_CHECK_S = 0.2  # how long a read command spends looking for damage before answering
 RUN_STATUSES = ("running", "passed", "failed", "incomplete", "aborted")
 JOB_STATUSES = ("running", "passed", "failed", "lost", "crashed", "timeout", "error")
@@ -46,6 +49,7 @@ class History:
         self.engine = engine
         self.writable = writable
         self._query_engine: Engine | None = None
+        self.swept: list[str] = []  # orphaned runs this open marked aborted (`_sweep_orphans`)
 
     def __repr__(self) -> str:
         return f"History({self.location.describe()!r})"
@@ -234,13 +238,8 @@ class History:
         fleet starts to its last write), their running jobs lost. Runs recorded by a local pytest
         session (``--farm-db``: its jobs have no Ray node) or from a file beat only with their
         result batches, so a slow test would look orphaned: those are ``abort_stale_runs``'s."""
-        cutoff = time.time() - stale_after
-        local = select(m.jobs.c.id).where(m.jobs.c.run_id == m.runs.c.id,
-                                          m.jobs.c.node_id.is_(None)).exists()
         with self._tx() as c:
-            orphans = list(c.execute(select(m.runs.c.id).where(
-                m.runs.c.status == "running", m.runs.c.heartbeat < cutoff,
-                m.runs.c.source_digest.is_(None), ~local)).scalars())
+            orphans = list(c.execute(_orphans(stale_after)).scalars())
             if orphans:
                 c.execute(update(m.runs).where(m.runs.c.id.in_(orphans))
                           .values(status="aborted", finished=m.runs.c.heartbeat))
@@ -259,6 +258,30 @@ class History:
     def _require_run(c: Connection, run_id: str) -> None:
         if c.execute(select(m.runs.c.id).where(m.runs.c.id == run_id)).scalar() is None:
             raise FarmError(f"unknown run {run_id!r}: see `farm runs`", EXIT_USAGE)
+
+
+def _orphans(stale_after: float):
+    """``running`` runs of a farm driver (jobs on Ray nodes, not from a file) whose heartbeat
+    is older than ``stale_after``."""
+    local = select(m.jobs.c.id).where(m.jobs.c.run_id == m.runs.c.id,
+                                      m.jobs.c.node_id.is_(None)).exists()
+    return select(m.runs.c.id).where(
+        m.runs.c.status == "running", m.runs.c.heartbeat < time.time() - stale_after,
+        m.runs.c.source_digest.is_(None), ~local)
+
+
+def _sweep_orphans(loc: Location, read_engine: Engine, write_engine: Engine) -> list[str]:
+    """Any command that opens the history marks runs whose driver's lease lapsed ``aborted``,
+    so a SIGKILLed `farm run` shows as such within ``DRIVER_LEASE_S``, not after 15 minutes.
+    Looked for with a read first: a listing takes the writer lock only when there is one. A
+    history this process may not write (a read-only file) is left as it is."""
+    with read_engine.connect() as c:
+        if c.execute(_orphans(DRIVER_LEASE_S).limit(1)).first() is None:
+            return []
+    try:
+        return History(loc, write_engine, writable=True).abort_orphaned_runs(DRIVER_LEASE_S)
+    except (DBAPIError, SQLAlchemyError):
+        return []
 
 
 def _insert_results(c: Connection, batch: list[ResultRows]) -> None:
@@ -308,11 +331,15 @@ def open_history(
     try:
         read_engine, write_engine = make_engine(loc, "read"), make_engine(loc, "write")
         upgrade(read_engine, write_engine, where)
+        swept = _sweep_orphans(loc, read_engine, write_engine)
         if not write:
             write_engine.dispose()
-            return History(loc, read_engine, writable=False)
+            h = History(loc, read_engine, writable=False)
+            h.swept = swept
+            return h
         read_engine.dispose()
         h = History(loc, write_engine, writable=True)
+        h.swept = swept
         h.abort_stale_runs(stale_after)
         return h
     except FarmError:

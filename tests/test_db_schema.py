@@ -174,7 +174,7 @@ def test_stale_running_run_is_aborted_on_open_for_writing_only(kind, tmp_path):
     target = fresh_db(kind, tmp_path)
     h = open_history(target)
     stale = h.start_run("s", "g13s", {}, started=time.time() - 7200)
-    job = h.add_job(stale, {"arch": "cpu"}, "h", "Linux", "n")
+    job = h.add_job(stale, {"arch": "cpu"}, "h", "Linux", None)  # a local run: no lease
     live = h.start_run("s", "g13s", {})
     with h.engine.begin() as c:
         c.execute(text("UPDATE runs SET heartbeat = :t WHERE id = :r"),

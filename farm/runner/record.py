@@ -14,8 +14,10 @@ import threading
 
 from rich.console import Console
 
+from db.history import DRIVER_LEASE_S
+
 HEARTBEAT_S = 5.0
-ORPHAN_AFTER_S = 24 * HEARTBEAT_S  # a running run this long without a heartbeat: driver gone
+ORPHAN_AFTER_S = DRIVER_LEASE_S  # a running run this long without a heartbeat: driver gone
 
 
 class RunRecord:
@@ -30,7 +32,9 @@ class RunRecord:
         self._beat: threading.Thread | None = None
 
     def open(self, suite, opts, revision: dict, context: dict | None) -> str:
-        orphans = self.history.abort_orphaned_runs(ORPHAN_AFTER_S)
+        # The history's open already swept (``swept``); a run that lapsed since is swept now.
+        orphans = [*getattr(self.history, "swept", []),
+                   *self.history.abort_orphaned_runs(ORPHAN_AFTER_S)]
         if orphans:
             self.console.print(f"marked {len(orphans)} orphaned run(s) aborted (no driver "
                                f"heartbeat for {ORPHAN_AFTER_S:g}s): {', '.join(orphans)}",
