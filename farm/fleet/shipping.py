@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 from db.revision import EXCLUDES, current_revision, is_checkout, tree_files
 from farm.errors import EXIT_USAGE, FarmError
+from farm.tempdirs import owned_tmpdir
 
 
 def find_root(start: Path | None = None) -> Path:
@@ -49,7 +49,7 @@ def staged_tree(root: Path) -> Iterator[Path]:
     files' status, so pointing it at the checkout could ship what the revision does not
     describe (a 170 MB wheel directory, say); a copy of the listed files cannot.
     """
-    tmp = Path(tempfile.mkdtemp(prefix="farm-ship-"))
+    tmp = owned_tmpdir("farm-ship-")
     try:
         for rel in shipped_files(root):
             dst = tmp / rel

@@ -26,13 +26,13 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from dflash2.runtime_context import without_dispatch_env
 from farm.runner.pytest_progress import ENV_COLLECTED, ENV_PARENT, ENV_STARTED
+from farm.tempdirs import owned_tmpdir
 
 POLL_S = 0.1
 HANG_GRACE_S = 10.0  # after --timeout, how long a test may ignore SIGALRM before it is killed
@@ -187,7 +187,7 @@ def run_job(spec: dict) -> Iterator[list[dict]]:
     deadline = time.monotonic() + float(spec["job_timeout"])
     test_timeout = float(spec["test_timeout"])
     done: set[str] = set(spec.get("deselect") or [])
-    tmp = Path(tempfile.mkdtemp(prefix="farm-job-"))
+    tmp = owned_tmpdir("farm-job-")
     node_id = ""
     if "ray" in sys.modules and sys.modules["ray"].is_initialized():  # never start Ray here
         node_id = sys.modules["ray"].get_runtime_context().get_node_id()
