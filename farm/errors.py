@@ -6,6 +6,7 @@ EXIT_OK = 0
 EXIT_FLAGGED = 1  # unexpected results or regressions
 EXIT_USAGE = 2  # the user can fix it
 EXIT_INFRA = 3  # lost devices, no device, cluster unreachable
+EXIT_INTERNAL = 70  # a bug in the farm itself (sysexits' EX_SOFTWARE); 130/143: interrupted
 
 
 class FarmError(Exception):
@@ -16,4 +17,4 @@ class FarmError(Exception):
         self.exit_code = exit_code
 
 
-__all__ = ["EXIT_FLAGGED", "EXIT_INFRA", "EXIT_OK", "EXIT_USAGE", "Dflash2Error", "FarmError"]
+__all__ = ["EXIT_FLAGGED", "EXIT_INFRA", "EXIT_INTERNAL", "EXIT_OK", "EXIT_USAGE", "Dflash2Error", "FarmError"]

@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 from sqlalchemy.exc import DatabaseError
 
-from farm.errors import EXIT_USAGE, Dflash2Error, FarmError
+from farm.errors import EXIT_INTERNAL, EXIT_USAGE, Dflash2Error, FarmError
 
 app = typer.Typer(
     help="Ship DFlash2 verification suites to a fleet of devices and query their history.",
@@ -114,7 +114,7 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("aborted", err=True)
         sys.exit(130)
-    except Exception as e:  # click usage errors and the like
+    except Exception as e:  # noqa: BLE001 - click usage errors, and our bugs as one line
         if isinstance(e, typer.TyperException) and hasattr(e, "format_message"):
             # typer >= 0.22 vendors click (typer._click): its usage errors are not click's.
             if type(e).__name__ == "NoArgsIsHelpError":  # a bare group: its help, not an error
@@ -127,4 +127,13 @@ def main() -> None:
         if isinstance(e, click.exceptions.ClickException):
             typer.echo(f"error: {e.format_message()}", err=True)
             sys.exit(e.exit_code if e.exit_code else EXIT_USAGE)
-        raise
+        # A bug of ours: its own exit code (never 1, which means "unexpected results"), one
+        # line, and the traceback only when asked for (-v).
+        if logging.getLogger().isEnabledFor(logging.INFO):
+            import traceback
+
+            traceback.print_exc()
+        text = " ".join(str(e).split())[:300]
+        typer.echo(f"error: internal error ({type(e).__name__}: {text}): a bug in dflash2-farm; "
+                   f"-v shows the traceback", err=True)
+        sys.exit(EXIT_INTERNAL)
