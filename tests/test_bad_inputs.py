@@ -156,6 +156,8 @@ CASES = [
      "--job-timeout must be > 0 seconds and finite", "error: "),
     ("retries-negative", [*RUN, "--retries", "-1", "--db", "{good}"], {}, 2,
      "--retries must be >= 0", "error: "),
+    ("tree-over-upload-cap", [*RUN, "--db", "{fresh}"], {"RAY_max_grpc_message_size": "100000"},
+     2, "over Ray's upload cap of 98 KiB; largest: ", "error: "),
     ("bad-device-arch-env", [*RUN, "--db", "{good}"], {"DFLASH2_DEVICE_ARCH": "garbage"}, 2,
      "DFLASH2_DEVICE_ARCH='garbage'", "error: "),
     ("history-unwritable", [*RUN, "--db", "/proc/x/h.db"], {}, 2,

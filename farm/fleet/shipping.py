@@ -9,6 +9,7 @@ checkouts of one commit are told apart.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,9 +50,11 @@ def staged_tree(root: Path) -> Iterator[Path]:
     files' status, so pointing it at the checkout could ship what the revision does not
     describe (a 170 MB wheel directory, say); a copy of the listed files cannot.
     """
+    files = shipped_files(root)
+    check_upload_size(root, files)
     tmp = owned_tmpdir("farm-ship-")
     try:
-        for rel in shipped_files(root):
+        for rel in files:
             dst = tmp / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(root / rel, dst)
@@ -69,3 +72,39 @@ def revision(root: Path) -> dict:
     """{git_sha, dirty, tree_hash, files, root} of the tree shipped from ``root``: the same
     algorithm a local `pytest --farm-db` records (`db.revision.current_revision`)."""
     return {**current_revision(root), "root": str(root)}
+
+
+def upload_cap() -> int:
+    """Ray's limit on a zipped working_dir: its gRPC message cap (``RAY_max_grpc_message_size``,
+    512 MiB by default in the Ray we pin), read as Ray reads it."""
+    return int(os.environ.get("RAY_max_grpc_message_size") or 512 * 1024 * 1024)
+
+
+def check_upload_size(root: Path, files: list[str]) -> None:
+    """Refuse, before any cluster work, a tree Ray could not upload, naming what to leave out;
+    Ray itself would fail only after the fleet started, with the limit and no culprit. The
+    zipped size is what counts: it is measured only when the raw size exceeds the cap."""
+    cap = upload_cap()
+    sizes = {rel: (root / rel).stat().st_size for rel in files}
+    if sum(sizes.values()) < cap:
+        return
+    import tempfile
+    import zipfile
+
+    with tempfile.TemporaryFile() as f:
+        with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as z:
+            for rel in files:
+                z.write(root / rel, rel)
+        zipped = f.tell()
+    if zipped < cap:
+        return
+    top = sorted(sizes.items(), key=lambda kv: -kv[1])[:3]
+    raise FarmError(f"the tree to ship from {root} zips to {_size(zipped)}, over Ray's upload "
+                    f"cap of {_size(cap)}; largest: "
+                    + ", ".join(f"{rel} ({_size(n)})" for rel, n in top)
+                    + ": add them to .gitignore (untracked) or move them out of the checkout",
+                    EXIT_USAGE)
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n / 2**10:.0f} KiB"

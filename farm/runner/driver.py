@@ -84,6 +84,7 @@ def _run(opts: RunOptions, console: Console, guard: signals.Guard) -> RunOutcome
     root = (opts.root or shipping.find_root()).resolve()
     suite = resolve_suite(opts.suite, root)
     check_collects(suite, root)
+    shipping.check_upload_size(root, shipping.shipped_files(root))  # before any history
     address = opts.address or os.environ.get("RAY_ADDRESS") or None
     if address:  # an unreachable cluster is reported before the history is opened (or made)
         cluster.probe(address.removeprefix("ray://"))
