@@ -29,6 +29,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 ARCHES = ("applegpu_g13s", "applegpu_g14g", "applegpu_g15s")
 FARM = [sys.executable, "-c", "from farm.cli.app import main; main()"]
+LOOPBACK = "127.0.0.1"  # every node and the driver: nothing of the test cluster leaves the host
 NODE_SPAN = 300  # ports a node uses above its base (see farm/fleet/head.py)
 
 
@@ -73,6 +74,7 @@ class FarmCluster:
         """Start one more `farm agent` device node (its own process group and port block)."""
         slot, self.next_slot = self.next_slot, self.next_slot + 1
         proc = _start(self, [*FARM, "agent", "--address", self.address, "--emulate", emulate,
+                             "--node-ip", LOOPBACK,
                              "--port-base", str(self.base + NODE_SPAN * slot), "--num-cpus",
                              "1", "--object-store-mb", "100"], env)
         self.groups[name] = proc.pid
@@ -82,10 +84,11 @@ class FarmCluster:
         """A device node started with plain `ray start` and labels the host cannot honour
         (a broken or misconfigured machine): what the health check is there to catch."""
         from farm.fleet.devices import RESOURCE
-        from farm.fleet.head import node_ports, ray_executable
+        from farm.fleet.head import node_ports
+        from farm.fleet.loopback import ray_start
 
         slot, self.next_slot = self.next_slot, self.next_slot + 1
-        cmd = [ray_executable(), "start", f"--address={self.address}",
+        cmd = [*ray_start(LOOPBACK), f"--address={self.address}", f"--node-ip-address={LOOPBACK}",
                *node_ports(self.base + NODE_SPAN * slot), "--num-cpus=1",
                f"--object-store-memory={100 * 1024 * 1024}", "--disable-usage-stats",
                "--labels=" + ",".join(f"{k}={v}" for k, v in labels.items()),
@@ -129,7 +132,8 @@ def start_cluster(arches: tuple[str, ...] = ARCHES) -> FarmCluster:
     temp = Path(tempfile.mkdtemp(prefix="farmray-", dir="/tmp"))
     c = FarmCluster(address=f"127.0.0.1:{base}", token=secrets.token_hex(32), base=base,
                     temp_dir=temp)
-    head = _start(c, [*FARM, "head", "--port", str(base), "--num-cpus", "1", "--object-store-mb", "100", "--temp-dir",
+    head = _start(c, [*FARM, "head", "--node-ip", LOOPBACK, "--port", str(base), "--num-cpus",
+                      "1", "--object-store-mb", "100", "--temp-dir",
                       str(temp)], {})
     c.groups["head"] = head.pid
     try:

@@ -7,8 +7,18 @@ from __future__ import annotations
 import json
 
 import pytest
-from db_fixtures import backends, device, fresh_db, meas, record, result, sel, session_finish
-from db_fixtures import session_start, write_jsonl
+from db_fixtures import (
+    backends,
+    device,
+    fresh_db,
+    meas,
+    record,
+    result,
+    sel,
+    session_finish,
+    session_start,
+    write_jsonl,
+)
 from sqlalchemy import text
 
 from db import open_history

@@ -283,3 +283,33 @@ def test_the_runs_environment_travels_to_a_real_cluster_and_a_fallback_is_flagge
     assert bf16 and all(f["severity"] == "high" and f["current"] == ["stock"]
                         and f["baseline"] != ["stock"] for f in flags), flags
     assert all("DFLASH2_CUSTOM_VERIFIER=0" in f["evidence"] for f in flags)
+
+
+def test_every_node_of_the_loopback_cluster_listens_on_loopback_only(farm_cluster: FarmCluster):
+    """`farm head`/`farm agent --node-ip 127.0.0.1`: Ray would rewrite 127.0.0.1 to the host's
+    outward address; every port of the cluster's block must be bound to loopback."""
+    lo, hi = farm_cluster.base, farm_cluster.base + 2000
+    listening = {a for a in _listening() if lo <= a[1] < hi}
+    assert len(listening) >= 10, listening  # the head's and three agents' services
+    outside = {a for a in listening if a[0] not in ("127.0.0.1", "::ffff:127.0.0.1")}
+    assert outside == set(), outside
+
+
+def _listening() -> set[tuple[str, int]]:
+    """(ip, port) of every listening TCP socket on this host, from /proc/net/tcp{,6}."""
+    import ipaddress
+
+    out = set()
+    for name, width in (("tcp", 4), ("tcp6", 16)):
+        for line in Path(f"/proc/net/{name}").read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A":  # TCP_LISTEN
+                continue
+            hexip, hexport = fields[1].split(":")
+            raw = bytes.fromhex(hexip)
+            # the kernel prints each 32-bit word in host (little-endian) order
+            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, width, 4))
+            ip = ipaddress.ip_address(raw)
+            mapped = getattr(ip, "ipv4_mapped", None)
+            out.add((f"::ffff:{mapped}" if mapped else str(ip), int(hexport, 16)))
+    return out

@@ -25,8 +25,8 @@ main()
 
 def _farm(tmp_path, *argv):
     db = tmp_path / "h.db"
-    subprocess.run([sys.executable, "-c", "from db import open_history; open_history("
-                    f"{str(db)!r}).close()"], cwd=REPO, check=True, timeout=60)
+    make = f"from db import open_history; open_history({str(db)!r}).close()"
+    subprocess.run([sys.executable, "-c", make], cwd=REPO, check=True, timeout=60)
     return subprocess.run([sys.executable, "-c", BROKEN, *argv, "--db", str(db)], cwd=REPO,
                           capture_output=True, text=True, timeout=60, check=False)
 

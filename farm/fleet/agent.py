@@ -19,7 +19,8 @@ from pathlib import Path
 from farm.errors import EXIT_INFRA, FarmError
 from farm.fleet.cluster import free_ports, probe
 from farm.fleet.devices import RESOURCE, device_labels
-from farm.fleet.head import auth_env, node_ports, ray_executable
+from farm.fleet.head import auth_env, node_ports
+from farm.fleet.loopback import ray_start
 
 
 @dataclass
@@ -44,7 +45,7 @@ def _ports(base: int | None) -> list[str]:
 
 
 def agent_command(o: AgentOptions, labels: dict[str, str]) -> list[str]:
-    cmd = [ray_executable(), "start", f"--address={o.address}", *_ports(o.port_base),
+    cmd = [*ray_start(o.node_ip), f"--address={o.address}", *_ports(o.port_base),
            f"--object-store-memory={o.object_store_mb * 1024 * 1024}",
            "--labels=" + ",".join(f"{k}={v}" for k, v in labels.items()),
            "--resources=" + json.dumps({RESOURCE: 1}), "--disable-usage-stats"]

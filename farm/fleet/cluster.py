@@ -13,6 +13,7 @@ import socket
 import sys
 
 from farm.errors import EXIT_INFRA, FarmError
+from farm.fleet.loopback import is_loopback, keep_loopback_in_this_process
 
 CONNECT_PROBE_S = 5.0
 NAMESPACE = "dflash2-farm"
@@ -67,6 +68,10 @@ def connect(address: str, runtime_env: dict | None = None, node_ip: str | None =
     use_token_auth()
     import ray
 
+    host = address.rpartition(":")[0]
+    if is_loopback(host):  # a loopback cluster: this driver stays on loopback too
+        keep_loopback_in_this_process()
+        node_ip = node_ip or "127.0.0.1"
     extra = {"_node_ip_address": node_ip} if node_ip else {}
     try:
         ray.init(address=address, runtime_env=runtime_env, namespace=NAMESPACE,

@@ -12,21 +12,16 @@ the head uses ``--token`` / ``RAY_AUTH_TOKEN`` if given, else Ray's token file
 from __future__ import annotations
 
 import os
+import secrets
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from farm.errors import EXIT_INFRA, FarmError
+from farm.fleet.loopback import ray_start
 
 DEFAULT_PORT = 6379
 TOKEN_FILE = Path.home() / ".ray" / "auth_token"
-
-
-def ray_executable() -> str:
-    """The `ray` CLI of this interpreter's environment."""
-    cand = Path(sys.executable).with_name("ray")
-    return str(cand) if cand.exists() else "ray"
 
 
 def node_ports(base: int) -> list[str]:
@@ -52,6 +47,18 @@ def auth_env(token: str | None, token_file: Path | None) -> dict[str, str]:
     return env
 
 
+def ensure_token_file(path: Path = TOKEN_FILE) -> bool:
+    """Create the cluster's token on a head's first start (``~/.ray/auth_token``, mode 0600),
+    where Ray's `ray start` would refuse to start without one; True when it made one."""
+    if path.exists():
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32) + "\n")
+    return True
+
+
 @dataclass
 class HeadOptions:
     port: int = DEFAULT_PORT
@@ -66,7 +73,7 @@ class HeadOptions:
 
 
 def head_command(o: HeadOptions) -> list[str]:
-    cmd = [ray_executable(), "start", "--head", f"--port={o.port}", *node_ports(o.port),
+    cmd = [*ray_start(o.node_ip), "--head", f"--port={o.port}", *node_ports(o.port),
            f"--object-store-memory={o.object_store_mb * 1024 * 1024}",
            f"--include-dashboard={'true' if o.dashboard else 'false'}",
            "--disable-usage-stats"]
@@ -84,12 +91,16 @@ def head_command(o: HeadOptions) -> list[str]:
 def start_head(o: HeadOptions) -> str:
     """Start the head; return the address joiners use. Errors are one FarmError line."""
     env = auth_env(o.token, o.token_file)
+    if "RAY_AUTH_TOKEN" not in env:
+        ensure_token_file()
     out = subprocess.run(head_command(o), env=env, capture_output=True, text=True,
                          timeout=120, check=False)
     if out.returncode != 0:
-        lines = [ln for ln in (out.stderr + out.stdout).splitlines() if ln.strip()]
-        raise FarmError(f"ray start --head failed: {lines[-1] if lines else out.returncode}",
-                        EXIT_INFRA)
+        lines = [ln for ln in (out.stdout + out.stderr).splitlines() if ln.strip()]
+        # Ray prints INFO lines, then a traceback ending in the exception: that line says why.
+        errors = [ln for ln in lines if "Error" in ln.split(":", 1)[0] or "error" in ln.lower()]
+        why = (errors or lines or [str(out.returncode)])[-1].strip()
+        raise FarmError(f"ray start --head failed: {why[:400]}", EXIT_INFRA)
     ip = o.node_ip
     if not ip:
         from ray._private.services import get_node_ip_address
