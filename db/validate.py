@@ -73,7 +73,7 @@ def result_problems(ev: dict) -> list[str]:
         if not _opt(s.get("reason"), str):
             out.append(f"selections[{i}].reason must be a string or null")
         if s.get("impl") not in (None, "", *IMPLEMENTATIONS):
-            out.append(f"selections[{i}].impl {str(s.get('impl'))!r} is not one of "
+            out.append(f"selections[{i}] has impl {str(s.get('impl'))!r}, not one of "
                        f"{', '.join(IMPLEMENTATIONS)} (a file from a newer farm? upgrade "
                        f"dflash2-farm to ingest it)")
         if s.get("role") not in (None, *ROLES):
