@@ -123,3 +123,18 @@ def ro(db: Path, sql: str) -> list[tuple]:
             return c.execute(sql).fetchall()
     except sqlite3.Error:
         return []
+
+
+def device_job_events(suite: str, **over) -> list[dict]:
+    """Every event of one device job run in this process (no Ray), as a device runs it: in the
+    tree, on an emulated g13s; ``over`` replaces fields of the job spec."""
+    from farm.runner.device_job import run_job
+
+    spec = {"suite": suite, "pytest_args": [suite], "test_timeout": 30, "job_timeout": 120,
+            "device": {"arch": "applegpu_g13s", "emulated": True}, "deselect": [], **over}
+    cwd = os.getcwd()
+    os.chdir(Path(__file__).resolve().parent.parent)  # a device job runs in the shipped tree
+    try:
+        return [ev for batch in run_job(spec) for ev in batch]
+    finally:
+        os.chdir(cwd)

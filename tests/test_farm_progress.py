@@ -6,31 +6,21 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import time
 from pathlib import Path
 
 from farm_procs import Seen, launch
+from farm_procs import device_job_events as _events
 from rich.console import Console
 
 from farm.report import summary as report
-from farm.runner.device_job import run_job
 from farm.runner.progress import Progress
 
 REPO = Path(__file__).resolve().parent.parent
 FIX = "tests/farm_fixtures"
 
 
-def _events(suite: str, **over) -> list[dict]:
-    spec = {"suite": suite, "pytest_args": [suite], "test_timeout": 30, "job_timeout": 120,
-            "device": {"arch": "applegpu_g13s", "emulated": True}, "deselect": [], **over}
-    cwd = os.getcwd()
-    os.chdir(REPO)  # a device job runs in the shipped tree
-    try:
-        return [ev for batch in run_job(spec) for ev in batch]
-    finally:
-        os.chdir(cwd)
 
 
 def test_the_device_job_reports_its_total_before_the_first_result_and_after_a_restart():

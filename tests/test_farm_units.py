@@ -3,12 +3,12 @@ embedded plan, and the device job's fault handling (a real pytest subprocess, no
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from farm_procs import device_job_events as _events
 
 from dflash2.device import current_device, emulated_identity, parse_selectors
 from farm.errors import FarmError
@@ -21,7 +21,6 @@ from farm.fleet.devices import (
     matching,
     unmatched,
 )
-from farm.runner.device_job import run_job
 
 REPO = Path(__file__).resolve().parent.parent
 FIX = "tests/farm_fixtures"
@@ -85,15 +84,6 @@ def test_shipping_leaves_out_vcs_virtualenvs_and_databases(tmp_path):
     assert shipping.revision(REPO)["git_sha"]
 
 
-def _events(suite: str, **over) -> list[dict]:
-    spec = {"suite": suite, "pytest_args": [suite], "test_timeout": 30, "job_timeout": 120,
-            "device": {"arch": "applegpu_g13s", "emulated": True}, "deselect": [], **over}
-    cwd = os.getcwd()
-    os.chdir(REPO)  # a device job runs in the shipped tree
-    try:
-        return [ev for batch in run_job(spec) for ev in batch]
-    finally:
-        os.chdir(cwd)
 
 
 def test_device_job_records_a_crash_and_runs_the_remaining_tests():
