@@ -13,6 +13,7 @@ running_cluster`` and makes it a fixture: ``yield from running_cluster()`` in a 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -33,10 +34,33 @@ LOOPBACK = "127.0.0.1"  # every node and the driver: nothing of the test cluster
 NODE_SPAN = 300  # ports a node uses above its base (see farm/fleet/head.py)
 
 
+_BLOCKS = (20000, 22000, 24000, 26000, 10000, 12000, 14000, 16000, 18000)  # 28000+: the battery
+_held: dict[int, object] = {}  # base -> its open lock file, held for this process's life
+
+
 def _port_block() -> int:
-    """A base port per xdist worker, below Linux's ephemeral range."""
+    """A base port below Linux's ephemeral range, owned by this process while it lives.
+
+    An xdist worker prefers 20000 + 2000 * its number (CI's layout); a block another pytest on
+    this host holds (an flock on a file in /tmp) is passed over, so two sessions side by side
+    never start nodes on the same ports.
+    """
     worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    return 20000 + 2000 * (int(worker) if worker.isdigit() else 0)
+    first = 20000 + 2000 * (int(worker) if worker.isdigit() else 0)
+    if first in _held:
+        return first
+    for base in (first, *[b for b in _BLOCKS if b != first]):
+        if base in _held:
+            continue
+        lock = open(f"/tmp/farm-test-ports-{base}.lock", "w")  # noqa: SIM115 -- held for life
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.close()
+            continue
+        _held[base] = lock
+        return base
+    raise RuntimeError("every test port block is held by another pytest on this host")
 
 
 @dataclass
@@ -68,7 +92,9 @@ class FarmCluster:
         out = self.farm("run", "--address", self.address, "--json", *args, cwd=cwd,
                         timeout=timeout, env=env)
         assert out.stdout.strip(), f"no JSON (exit {out.returncode}): {out.stderr[-3000:]}"
-        return out.returncode, json.loads(out.stdout.strip().splitlines()[-1])
+        run = json.loads(out.stdout.strip().splitlines()[-1])
+        run["_stderr"] = out.stderr[-3000:]  # for assertion messages (see ``said``)
+        return out.returncode, run
 
     def add_agent(self, name: str, emulate: str, **env: str) -> None:
         """Start one more `farm agent` device node (its own process group and port block)."""
@@ -161,3 +187,10 @@ def running_cluster() -> Iterator[FarmCluster]:
         yield c
     finally:
         stop_cluster(c)
+
+
+def said(run: dict) -> str:
+    """What a run's jobs ended as and what the driver printed: an exit code's explanation."""
+    jobs = [(j.get("key"), j.get("status"), (j.get("error") or "")[:500])
+            for j in run.get("jobs", [])]
+    return f"jobs {jobs}; driver stderr tail: {run.get('_stderr', '')[-1500:]}"

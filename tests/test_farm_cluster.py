@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ray_cluster import ARCHES, FARM, REPO, FarmCluster, running_cluster
+from ray_cluster import ARCHES, FARM, REPO, FarmCluster, running_cluster, said
 
 pytestmark = pytest.mark.xdist_group("farm_ray_cluster")
 
@@ -45,7 +45,7 @@ def test_jobs_run_on_the_device_their_selector_names(farm_cluster: FarmCluster, 
     db = tmp_path / "h.db"
     code, run = farm_cluster.run_json("--suite", f"{FIX}/suite_basic.py",
                                       "--devices", "g13s,g15", "--db", str(db))
-    assert code == 0, run
+    assert code == 0, said(run)
     by_arch = {j["device"]["arch"]: j for j in run["jobs"]}
     assert set(by_arch) == {"applegpu_g13s", "applegpu_g15s"}  # g14g matched nothing
     for arch, job in by_arch.items():
@@ -61,7 +61,7 @@ def test_a_test_that_aborts_is_crashed_and_the_rest_still_run(farm_cluster: Farm
                                                               tmp_path):
     code, run = farm_cluster.run_json("--suite", f"{FIX}/suite_abort.py", "--devices", "g14",
                                       "--db", str(tmp_path / "h.db"))
-    assert code == 1
+    assert code == 1, said(run)
     (job,) = run["jobs"]
     res = _results(job)
     assert res["test_aborts"]["outcome"] == "crashed"
@@ -75,7 +75,7 @@ def test_a_hanging_test_times_out_and_the_rest_still_run(farm_cluster: FarmClust
     code, run = farm_cluster.run_json("--suite", f"{FIX}/suite_hang.py", "--devices", "g13s",
                                       "--test-timeout", "1", "--db", str(tmp_path / "h.db"))
     assert time.monotonic() - t0 < 60
-    assert code == 1
+    assert code == 1, said(run)
     res = _results(run["jobs"][0])
     assert res["test_hangs"]["outcome"] == "timeout"
     assert res["test_after"]["outcome"] == "passed"
@@ -113,13 +113,13 @@ def test_the_device_runs_the_drivers_tree_not_its_own(farm_cluster: FarmCluster,
     code, run = farm_cluster.run_json("--suite", f"{FIX}/suite_shipped.py", "--devices", "g15s",
                                       "--db", str(tmp_path / "h.db"), cwd=tree)
     # the copy's value differs from the one the test expects (a job error would be exit 3)
-    assert code == 1, [(j["status"], j["error"]) for j in run["jobs"]]
+    assert code == 1, said(run)
     (res,) = run["jobs"][0]["results"]
     assert res["outcome"] == "failed" and marker in res["message"]
     assert run["revision"]["root"] == str(tree.resolve())
     code, run = farm_cluster.run_json("--suite", f"{FIX}/suite_shipped.py", "--devices", "g15s",
                                       "--db", str(tmp_path / "h.db"))
-    assert code == 0 and run["jobs"][0]["results"][0]["outcome"] == "passed"
+    assert code == 0 and run["jobs"][0]["results"][0]["outcome"] == "passed", said(run)
 
 
 @pytest.fixture
@@ -145,7 +145,7 @@ def test_a_node_dying_mid_job_moves_the_rest_to_another_same_arch_device(
     code, run = farm_cluster.run_json("--suite", f"{FIX}/suite_slow_kill.py", "--devices",
                                       "g13s", "--every", "--retries", "1",
                                       "--db", str(tmp_path / "h.db"))
-    assert code == 0, run
+    assert code == 0, said(run)
     moved = [j for j in run["jobs"] if j["attempts"] == 2]
     assert len(moved) == 1 and len(run["jobs"]) == 2
     job = moved[0]
@@ -169,7 +169,7 @@ def test_a_node_dying_with_no_same_arch_device_left_is_lost_keeping_its_results(
     code, run = farm_cluster.run_json("--suite", f"{FIX}/suite_slow_kill.py", "--devices",
                                       "g16", "--db", str(tmp_path / "h.db"))
     assert time.monotonic() - t0 < 90
-    assert code == 3
+    assert code == 3, said(run)
     (job,) = run["jobs"]
     assert job["status"] == "lost" and "no other live applegpu_g16g" in job["error"]
     assert sorted(_results(job)) == ["test_a", "test_b"]
@@ -191,7 +191,7 @@ def test_a_device_failing_its_health_check_is_quarantined(farm_cluster: FarmClus
                                           "g17,g13s", "--db", str(tmp_path / "h.db"))
     finally:
         farm_cluster.kill(name)
-    assert code == 3
+    assert code == 3, said(run)
     jobs = {j["device"]["arch"]: j for j in run["jobs"]}
     assert jobs["applegpu_g13s"]["status"] == "passed"  # the healthy device still ran
     bad = jobs["applegpu_g17g"]
@@ -248,7 +248,7 @@ def test_a_changed_metal_source_fails_the_farm_run_naming_the_kernel(
     src.write_text(text.replace(old, new))
     code, run = farm_cluster.run_json("--suite", "m8-parity", "--devices", "g13s",
                                       "--db", str(tmp_path / "h.db"), cwd=tree, timeout=600)
-    assert code == 1
+    assert code == 1, said(run)
     failed = [r for job in run["jobs"] for r in job["results"]
               if r["outcome"] in ("failed", "error")]
     assert failed, "the changed source passed m8-parity"
@@ -268,7 +268,7 @@ def test_the_runs_environment_travels_to_a_real_cluster_and_a_fallback_is_flagge
     assert code == 0, [(r["nodeid"], r["message"][:1500]) for j in on["jobs"] for r in j["results"] if r["outcome"] != "passed"]
     code, off = farm_cluster.run_json("--suite", suite, "--devices", "g13s", "--db", db,
                                       env=farm_cluster.env(DFLASH2_CUSTOM_VERIFIER="0"))
-    assert code == 1, off
+    assert code == 1, said(off)
     (job,) = off["jobs"]
     wrapper = {s["reason"] for r in job["results"] for s in r["selections"]
                if s["role"] == "under_test"}
