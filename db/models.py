@@ -110,6 +110,10 @@ class Result(Base):
     message: Mapped[str | None] = mapped_column(Text)  # one line
     output: Mapped[str | None] = mapped_column(Text)  # a failure's whole captured output
     time: Mapped[float | None] = mapped_column(Float)
+    # The node that ran it (Ray node id) and its host; NULL: unknown (recorded before results
+    # carried it, or ingested from a file without `farm_node`/`farm_host`).
+    node: Mapped[str | None] = mapped_column(String(200))
+    host: Mapped[str | None] = mapped_column(String(200))
 
 
 class Measurement(Base):

@@ -46,7 +46,7 @@ def result_problems(ev: dict) -> list[str]:
         out.append(f"nodeid must be a non-empty string, not {nodeid!r}")
     if ev.get("outcome") not in OUTCOMES:
         out.append(f"outcome {ev.get('outcome')!r} is not one of {', '.join(OUTCOMES)}")
-    for key in ("test_id", "params", "message", "output"):
+    for key in ("test_id", "params", "message", "output", "farm_node", "farm_host"):
         if not _opt(ev.get(key), str):
             out.append(f"{key} must be a string, not {type(ev.get(key)).__name__}")
     for key in ("duration", "time"):
