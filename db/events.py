@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,9 @@ CATEGORIES = (
     "skipped",
 )
 FAILING_OUTCOMES = ("failed", "error", "crashed", "timeout")
+
+_IMPLS, _ROLES = frozenset(IMPLEMENTATIONS), frozenset(ROLES)
+_isfinite = math.isfinite
 
 DEVICE_FIELDS = ("arch", "generation", "size", "chip", "host", "os", "mlx_version", "emulated")
 
@@ -57,19 +61,25 @@ def scrub(obj: Any) -> Any:
 
 
 def _str(v: Any, default: str | None = None) -> str | None:
+    if v.__class__ is str and v.isascii():  # the common case, and nothing to clean
+        return v
     if v is None:
         return default
     return clean_text(v if isinstance(v, str) else str(v))
 
 
 def _float(v: Any) -> float | None:
+    if v.__class__ is float:
+        return v if _isfinite(v) else None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
     f = float(v)
-    return f if math.isfinite(f) else None
+    return f if _isfinite(f) else None
 
 
 def _int(v: Any) -> int | None:
+    if v.__class__ is int:
+        return v
     if isinstance(v, bool):
         return None
     if isinstance(v, int):
@@ -88,14 +98,14 @@ def _dicts(v: Any) -> list[dict]:
 def impl_of(selection: dict) -> str | None:
     """The selection's implementation when it is a known name; ``None`` (unknown) otherwise."""
     v = selection.get("impl")
-    return v if isinstance(v, str) and v in IMPLEMENTATIONS else None
+    return v if isinstance(v, str) and v in _IMPLS else None
 
 
 def role_of(selection: dict) -> str:
     """The selection's role; absent or unknown (an older writer) reads as the path under test,
     which is how every selection was compared before roles existed."""
     v = selection.get("role")
-    return v if isinstance(v, str) and v in ROLES else ROLE_UNDER_TEST
+    return v if isinstance(v, str) and v in _ROLES else ROLE_UNDER_TEST
 
 
 def unknown_impl(ev: dict) -> str | None:
@@ -152,60 +162,79 @@ def category_of(outcome: str, expectation: dict) -> str:
     return "unexpected_fail" if failed else "expected_pass"
 
 
+# Column order of the row tuples `batch_rows` builds (results.id and each child's result_id are
+# added when the batch is written: `db.history`).
+RESULT_COLUMNS = ("job_id", "nodeid", "test_id", "params", "outcome", "category", "expected",
+                  "link", "reason", "duration", "message", "output", "time", "node", "host")
+CHILD_COLUMNS = {
+    "measurements": ("name", "value", "unit", "bound"),
+    "selections": ("op", "dtype", "M", "K", "N", "variant", "reason", "impl", "role"),
+    "fingerprints": ("key", "digest"),
+}
+
+
 @dataclass
-class ResultRows:
-    """One result event as rows: the result, and its children waiting for the result's id."""
+class BatchRows:
+    """A batch of result events as row tuples, in `RESULT_COLUMNS` / `CHILD_COLUMNS` order.
+    Each child tuple starts with the index of its result in ``results`` (its ``result_id`` is
+    known only when the batch is written). Tuples, not dicts: they go to the driver's
+    executemany as they are."""
 
-    result: dict
-    measurements: list[dict] = field(default_factory=list)
-    selections: list[dict] = field(default_factory=list)
-    fingerprints: list[dict] = field(default_factory=list)
+    results: list[tuple] = field(default_factory=list)
+    measurements: list[tuple] = field(default_factory=list)
+    selections: list[tuple] = field(default_factory=list)
+    fingerprints: list[tuple] = field(default_factory=list)
 
 
-def result_rows(job_id: int, ev: dict) -> ResultRows | None:
-    nodeid = _str(ev.get("nodeid"))
-    if not nodeid:
-        return None
-    outcome = _str(ev.get("outcome"), "error")
-    exp = ev.get("expectation") if isinstance(ev.get("expectation"), dict) else {}
-    test_id = _str(ev.get("test_id")) or nodeid.split("[", 1)[0]
-    params = _str(ev.get("params"))
-    if params is None:
-        params = nodeid[len(test_id) + 1 : -1] if nodeid.startswith(test_id + "[") else ""
-    rows = ResultRows(
-        {
-            "job_id": job_id,
-            "nodeid": nodeid,
-            "test_id": test_id,
-            "params": params,
-            "outcome": outcome,
-            "category": category_of(outcome, exp),
-            "expected": _str(exp.get("expected")),
-            "link": _str(exp.get("link")),
-            "reason": _str(exp.get("reason")),
-            "duration": _float(ev.get("duration")),
-            "message": _str(ev.get("message"), ""),
-            "output": _str(ev.get("output")),
-            "time": _float(ev.get("time")),
-        }
-    )
-    for m in _dicts(ev.get("measurements")):
-        if name := _str(m.get("name")):
-            rows.measurements.append(
-                {"name": name, "value": _float(m.get("value")), "unit": _str(m.get("unit")),
-                 "bound": _float(m.get("bound"))}
-            )
-    for s in _dicts(ev.get("selections")):
-        shape = [_int(s.get(k)) for k in ("M", "K", "N")]
-        op, variant = _str(s.get("op")), _str(s.get("variant"))
-        if op and variant and None not in shape:
-            rows.selections.append(
-                {"op": op, "dtype": _str(s.get("dtype"), ""), "M": shape[0], "K": shape[1],
-                 "N": shape[2], "variant": variant, "reason": _str(s.get("reason")),
-                 "impl": impl_of(s), "role": role_of(s)}
-            )
-    for f in _dicts(ev.get("fingerprints")):
-        key, digest = _str(f.get("key")), _str(f.get("digest"))
-        if key and digest:
-            rows.fingerprints.append({"key": key, "digest": digest})
-    return rows
+def batch_rows(job_id: int, events: Iterable[Any]) -> BatchRows:
+    """The rows of every ``result`` event in ``events`` (other types, non-objects and results
+    without a node id are skipped), read as tolerantly as the module docstring says."""
+    out = BatchRows()
+    results, meas, sels, fps = out.results, out.measurements, out.selections, out.fingerprints
+    for ev in events:
+        if not isinstance(ev, dict) or ev.get("type") != "result":
+            continue
+        nodeid = _str(ev.get("nodeid"))
+        if not nodeid:
+            continue
+        k = len(results)
+        outcome = _str(ev.get("outcome"), "error")
+        exp = ev.get("expectation")
+        if not isinstance(exp, dict):
+            exp = {}
+        test_id = _str(ev.get("test_id")) or nodeid.split("[", 1)[0]
+        params = _str(ev.get("params"))
+        if params is None:
+            params = nodeid[len(test_id) + 1 : -1] if nodeid.startswith(test_id + "[") else ""
+        results.append((
+            job_id, nodeid, test_id, params, outcome, category_of(outcome, exp),
+            _str(exp.get("expected")), _str(exp.get("link")), _str(exp.get("reason")),
+            _float(ev.get("duration")), _str(ev.get("message"), ""), _str(ev.get("output")),
+            _float(ev.get("time")),
+            # the node that ran it and its host, added by the farm's driver (RESULTS_FORMAT.md)
+            _str(ev.get("farm_node")), _str(ev.get("farm_host")),
+        ))
+        xs = ev.get("measurements")
+        if isinstance(xs, list):
+            for m in xs:
+                if isinstance(m, dict) and (name := _str(m.get("name"))):
+                    meas.append((k, name, _float(m.get("value")), _str(m.get("unit")),
+                                 _float(m.get("bound"))))
+        xs = ev.get("selections")
+        if isinstance(xs, list):
+            for s in xs:
+                if not isinstance(s, dict):
+                    continue
+                shape = (_int(s.get("M")), _int(s.get("K")), _int(s.get("N")))
+                op, variant = _str(s.get("op")), _str(s.get("variant"))
+                if op and variant and None not in shape:
+                    sels.append((k, op, _str(s.get("dtype"), ""), *shape, variant,
+                                 _str(s.get("reason")), impl_of(s), role_of(s)))
+        xs = ev.get("fingerprints")
+        if isinstance(xs, list):
+            for f in xs:
+                if isinstance(f, dict):
+                    key, digest = _str(f.get("key")), _str(f.get("digest"))
+                    if key and digest:
+                        fps.append((k, key, digest))
+    return out

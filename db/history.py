@@ -22,7 +22,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlch
 from db import models as m
 from db.engine import make_engine
 from db.errors import EXIT_INFRA, EXIT_USAGE, FarmError
-from db.events import ResultRows, device_row, result_rows
+from db.events import CHILD_COLUMNS, RESULT_COLUMNS, BatchRows, batch_rows, device_row
 from db.location import Location, resolve
 from db.migrate import upgrade
 
@@ -154,16 +154,15 @@ class History:
         Only ``result`` objects carry rows; other types (and unknown ones) are accepted and
         ignored. The run's heartbeat moves with every batch.
         """
-        batch = [r for ev in events if isinstance(ev, dict) and ev.get("type") == "result"
-                 if (r := result_rows(job_id, ev)) is not None]
+        rows = batch_rows(job_id, events)
         with self._tx() as c:
             run_id = c.execute(select(m.jobs.c.run_id).where(m.jobs.c.id == job_id)).scalar()
             if run_id is None:
                 raise FarmError(f"unknown job {job_id}: add it with add_job first", EXIT_USAGE)
-            if batch:
-                _insert_results(c, batch)
+            if rows.results:
+                _insert_results(c, rows)
             c.execute(update(m.runs).where(m.runs.c.id == run_id).values(heartbeat=time.time()))
-        return len(batch)
+        return len(rows.results)
 
     def finish_job(
         self, job_id: int, status: str, error: str | None = None, attempts: int = 1
@@ -284,27 +283,52 @@ def _sweep_orphans(loc: Location, read_engine: Engine, write_engine: Engine) -> 
         return []
 
 
-def _insert_results(c: Connection, batch: list[ResultRows]) -> None:
+def _insert_results(c: Connection, rows: BatchRows) -> None:
+    """One executemany per table of the tuples `batch_rows` built, straight to the driver.
+
+    SQLite gives SQLAlchemy no sentinel to order a batched INSERT .. RETURNING by, so
+    `sort_by_parameter_order` would send one INSERT per result: there, the write transaction
+    began IMMEDIATE and holds the only writer lock, so the ids after the current maximum are
+    ours to assign, and a child's ``result_id`` is the first of them plus its result's index in
+    the batch, added by SQLite. Elsewhere the ids come back from INSERT .. RETURNING.
+    """
     if c.dialect.name == "sqlite":
-        # SQLite gives SQLAlchemy no sentinel to order a batched INSERT .. RETURNING by, so
-        # `sort_by_parameter_order` would send one INSERT per result (bench/bench_history.py).
-        # The write transaction began IMMEDIATE and holds the only writer lock, so the ids
-        # after the current maximum are ours to assign, and one executemany writes the batch.
         first = (c.execute(select(func.max(m.results.c.id))).scalar() or 0) + 1
-        ids = list(range(first, first + len(batch)))
-        c.execute(insert(m.results), [{**r.result, "id": i} for r, i in zip(batch, ids,
-                                                                             strict=True)])
+        c.exec_driver_sql(_sqlite_insert("results", ("id", *RESULT_COLUMNS)),
+                          [(i, *r) for i, r in enumerate(rows.results, first)])
+        for table, cols in CHILD_COLUMNS.items():
+            if kids := getattr(rows, table):
+                c.exec_driver_sql(_sqlite_insert(table, ("result_id", *cols), first), kids)
+        return
+    ids = c.execute(
+        insert(m.results).returning(m.results.c.id, sort_by_parameter_order=True),
+        [dict(zip(RESULT_COLUMNS, r, strict=True)) for r in rows.results],
+    ).scalars().all()
+    for table, cols in CHILD_COLUMNS.items():
+        if kids := getattr(rows, table):
+            _executemany(c, getattr(m, table), ("result_id", *cols),
+                         [(ids[k[0]], *k[1:]) for k in kids])
+
+
+def _sqlite_insert(table: str, columns: tuple[str, ...], offset: int | None = None) -> str:
+    """An INSERT of tuples in ``columns`` order; with ``offset``, the first column's value is
+    the first parameter plus ``offset`` (a result's index in its batch becomes its id)."""
+    marks = ["?"] * len(columns)
+    if offset is not None:
+        marks[0] = f"? + {int(offset)}"
+    names = ", ".join(f'"{k}"' for k in columns)  # quoted: "M", "K", "N"; "key"
+    return f"INSERT INTO {table} ({names}) VALUES ({', '.join(marks)})"
+
+
+def _executemany(c: Connection, table, columns: tuple[str, ...], rows: list[tuple]) -> None:
+    """Tuples in ``columns`` order into ``table``: through the driver's executemany when it
+    takes positional ``%s`` (psycopg), else through a Core bulk insert of dicts."""
+    if c.dialect.paramstyle in ("format", "pyformat"):
+        q = c.dialect.identifier_preparer.quote
+        c.exec_driver_sql(f"INSERT INTO {q(table.name)} ({', '.join(q(k) for k in columns)}) "
+                          f"VALUES ({', '.join(['%s'] * len(columns))})", rows)
     else:
-        ids = c.execute(
-            insert(m.results).returning(m.results.c.id, sort_by_parameter_order=True),
-            [r.result for r in batch],
-        ).scalars().all()
-    for table, attr in ((m.measurements, "measurements"), (m.selections, "selections"),
-                        (m.fingerprints, "fingerprints")):
-        rows = [{**child, "result_id": rid} for r, rid in zip(batch, ids, strict=True)
-                for child in getattr(r, attr)]
-        if rows:
-            c.execute(insert(table), rows)
+        c.execute(insert(table), [dict(zip(columns, r, strict=True)) for r in rows])
 
 
 def _check(value: str, allowed: tuple[str, ...], what: str) -> None:
