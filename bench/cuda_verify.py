@@ -48,6 +48,7 @@ import mlx.core as mx
 from dflash2.device import current_device
 from kernels import cuda
 from kernels.qweights import QWeights
+from kernels.variants import stock as stock_variant
 
 ROOT = Path(__file__).resolve().parents[1]
 SHAPES = {"gate_up": (5120, 17408), "down": (17408, 5120)}
@@ -125,31 +126,34 @@ def qbytes(qw: QWeights) -> int:
 
 
 def device_us(make, batch: int, reps: int) -> dict:
-    """Per-launch time: ``batch`` launches built (untimed), then one timed ``mx.eval``."""
+    """Per-launch time: ``batch`` launches built (untimed), then one timed ``mx.eval``. The
+    per-batch figures are kept: their spread is the noise the selection table's regeneration
+    (scripts/regen_sm90_table.py) holds a speed-up against."""
     for _ in range(2):
         mx.eval([make(i) for i in range(batch)])
     ts = []
-    for r in range(reps):
+    for _ in range(reps):
         outs = [make(i) for i in range(batch)]
         t0 = time.perf_counter()
         mx.eval(outs)
         ts.append((time.perf_counter() - t0) / batch * 1e6)
         del outs
-    return {"us": statistics.median(ts), "min_us": min(ts), "max_us": max(ts)}
+    return {"us": statistics.median(ts), "min_us": min(ts), "max_us": max(ts), "batches_us": ts}
 
 
-def wall_us(make, batch: int, reps: int) -> float:
+def wall_us(make, batch: int, reps: int) -> dict:
     """Per-launch time as an eager caller sees it: building the batch's graph and evaluating
     it, both timed (host cost + device time, partly overlapped)."""
+    mx.eval([make(i) for i in range(batch)])
     ts = []
     for _ in range(reps):
         t0 = time.perf_counter()
         mx.eval([make(i) for i in range(batch)])
         ts.append((time.perf_counter() - t0) / batch * 1e6)
-    return statistics.median(ts)
+    return {"us": statistics.median(ts), "min_us": min(ts), "max_us": max(ts), "batches_us": ts}
 
 
-def host_us(make, n: int, reps: int = 3) -> float:
+def host_us(make, n: int, reps: int = 5) -> float:
     """Time to build one launch's graph, not evaluating it (evaluated afterwards, untimed)."""
     ts = []
     for _ in range(reps):
@@ -166,9 +170,21 @@ def stock(x, wq, s, b):
 
 
 def custom_fn(name: str, params: dict):
+    """The custom launch as a function of arrays, for ``mx.compile`` (QWeights is built only
+    while the compiled function traces)."""
     def f(x, wq, s, b):
         return cuda.launch(name, x, QWeights(wq, s, b, GS, BITS), params)
     return f
+
+
+def paths_for(name: str, params: dict) -> dict:
+    """The four timed paths, each a function of (x, weights). Eager custom is called the way
+    the runtime calls it: ``cuda.launch`` on the layer's QWeights, made once at load."""
+    stock_c, custom_c = mx.compile(stock), mx.compile(custom_fn(name, params))
+    return {"stock_eager": lambda x, q: stock(x, q.wq, q.scales, q.biases),
+            "stock_compiled": lambda x, q: stock_c(x, q.wq, q.scales, q.biases),
+            "custom_eager": lambda x, q: cuda.launch(name, x, q, params),
+            "custom_compiled": lambda x, q: custom_c(x, q.wq, q.scales, q.biases)}
 
 
 def sweep_choice(sweep: dict, op: str, dt_name: str) -> tuple[str, dict]:
@@ -188,9 +204,7 @@ def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float
     count = max(3, math.ceil(COLD_TARGET_BYTES / qbytes(one)))
     copies = [one] + make_copies(k, n, dt, count - 1, seed=1000)
     name, params = sweep_choice(sweep, op, dt_name)
-    paths = {"stock_eager": stock, "stock_compiled": mx.compile(stock),
-             "custom_eager": custom_fn(name, params),
-             "custom_compiled": mx.compile(custom_fn(name, params))}
+    paths = paths_for(name, params)
     rows = []
     for m in ms:
         x = (mx.random.normal((m, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)
@@ -201,8 +215,7 @@ def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float
                "cold_copies": count, "cold_working_set_bytes": count * qbytes(one)}
         # Does the custom kernel compute the same thing as stock here? (max |diff| / max |y|)
         try:
-            ys, yc = stock(x, one.wq, one.scales, one.biases), paths["custom_eager"](
-                x, one.wq, one.scales, one.biases)
+            ys, yc = stock(x, one.wq, one.scales, one.biases), paths["custom_eager"](x, one)
             mx.eval(ys, yc)
             row["custom_vs_stock_rel_max"] = (mx.abs(ys.astype(mx.float32) - yc.astype(
                 mx.float32)).max() / mx.abs(ys.astype(mx.float32)).max()).item()
@@ -215,8 +228,7 @@ def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float
                     continue
 
                 def make(i, fn=fn, ws=ws, x=x):
-                    q = ws[i % len(ws)]
-                    return fn(x, q.wq, q.scales, q.biases)
+                    return fn(x, ws[i % len(ws)])
                 try:
                     t = device_us(make, batch, reps)
                 except (ValueError, RuntimeError) as e:
@@ -224,11 +236,15 @@ def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float
                     continue
                 row[f"{temp}_{path}_us"] = t["us"]
                 row[f"{temp}_{path}_spread_us"] = [t["min_us"], t["max_us"]]
+                row[f"{temp}_{path}_batches_us"] = t["batches_us"]
                 row[f"{temp}_{path}_pct_ceiling"] = row["floor_us"] / t["us"]
                 if temp == "hot":
-                    row[f"host_{path}_us"] = host_us(make, 200)
+                    row[f"host_{path}_us"] = host_us(make, 500)
                 else:
-                    row[f"cold_{path}_wall_us"] = wall_us(make, batch, reps)
+                    w = wall_us(make, batch, reps)
+                    row[f"cold_{path}_wall_us"] = w["us"]
+                    row[f"cold_{path}_wall_spread_us"] = [w["min_us"], w["max_us"]]
+                    row[f"cold_{path}_wall_batches_us"] = w["batches_us"]
             se = row.get(f"{temp}_stock_eager_us")
             for path in ("custom_eager", "custom_compiled", "stock_compiled"):
                 if se and f"{temp}_{path}_us" in row:
@@ -236,12 +252,83 @@ def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float
             if f"{temp}_custom_compiled_us" in row and f"{temp}_custom_eager_us" in row:
                 row[f"{temp}_custom_eager_over_compiled"] = (
                     row[f"{temp}_custom_eager_us"] / row[f"{temp}_custom_compiled_us"])
+        if "cold_custom_eager_wall_us" in row and "cold_custom_compiled_wall_us" in row:
+            row["cold_wall_custom_eager_over_compiled"] = (
+                row["cold_custom_eager_wall_us"] / row["cold_custom_compiled_wall_us"])
+        if "host_custom_eager_us" in row and "host_stock_eager_us" in row:
+            row["host_custom_eager_minus_stock_us"] = (
+                row["host_custom_eager_us"] - row["host_stock_eager_us"])
         print(json.dumps({k: (round(v, 2) if isinstance(v, float) else v)
-                          for k, v in row.items() if "spread" not in k}), flush=True)
+                          for k, v in row.items() if "spread" not in k and "batches" not in k}),
+              flush=True)
         rows.append(row)
     del copies, one
     mx.clear_cache()
     return rows
+
+
+def table_candidates(table: dict) -> list[dict]:
+    """One record per key of every sm_90 entry of the selection table: the custom kernel it
+    selects, or for an entry the regeneration dropped to stock, the ``candidate`` it keeps, so
+    each run measures it again and a later run can restore it (scripts/regen_sm90_table.py)."""
+    out = []
+    for e in table["entries"]:
+        if "sm_90" not in e["devices"]:
+            continue
+        cand = e.get("candidate") or {"variant": e["variant"], "params": e.get("params", {})}
+        for shape in e["shapes"]:
+            k, n = table["shapes"][shape]
+            for dt in e["dtypes"]:
+                for gs in e["group_sizes"]:
+                    out.append({"shape": shape, "K": int(k), "N": int(n), "dtype": dt,
+                                "M": int(e["M"]), "group_size": int(gs), "bits": int(e["bits"]),
+                                "variant": cand["variant"], "params": dict(cand["params"])})
+    return out
+
+
+def measure_candidate(c: dict, ceiling: float, batch: int, reps: int) -> dict:
+    """Cold only: stock as the runtime runs it (``stock.native``) against the candidate through
+    ``cuda.launch``, device time and wall per launch, each with its per-batch figures. Float32
+    activations (the W4A32 draft path) read weights whose scales are in bfloat16, the model's
+    dtype, as at run time."""
+    row = dict(c)
+    if c["group_size"] != GS or c["bits"] != BITS:
+        row["error"] = f"bench quantizes gs {GS}, {BITS}-bit only"
+        return row
+    dt = DTYPES.get(c["dtype"], mx.float32)
+    wdt = dt if c["dtype"] in DTYPES else mx.bfloat16
+    k, n, m = c["K"], c["N"], c["M"]
+    one = make_copies(k, n, wdt, 1)[0]
+    count = max(3, math.ceil(COLD_TARGET_BYTES / qbytes(one)))
+    copies = [one] + make_copies(k, n, wdt, count - 1, seed=1000)
+    x = (mx.random.normal((m, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)
+    mx.eval(x)
+    moved = qbytes(one) + x.nbytes + m * n * x.itemsize
+    row.update({"bytes": moved, "floor_us": moved / ceiling * 1e6, "cold_copies": count})
+    paths = {"stock_eager": lambda x, q: stock_variant.native(x, q, {}),
+             "custom_eager": lambda x, q, c=c: cuda.launch(c["variant"], x, q, c["params"])}
+    try:
+        ys, yc = paths["stock_eager"](x, one), paths["custom_eager"](x, one)
+        ys, yc = ys.astype(mx.float32), yc.astype(mx.float32)
+        row["custom_vs_stock_rel_max"] = (mx.abs(ys - yc).max() / mx.abs(ys).max()).item()
+    except (ValueError, RuntimeError) as e:
+        row["error"] = str(e)[:300]
+        return row
+    for path, fn in paths.items():
+        def make(i, fn=fn, ws=copies):
+            return fn(x, ws[i % len(ws)])
+        t, w = device_us(make, batch, reps), wall_us(make, batch, reps)
+        row[f"cold_{path}_us"] = t["us"]
+        row[f"cold_{path}_batches_us"] = t["batches_us"]
+        row[f"cold_{path}_wall_us"] = w["us"]
+        row[f"cold_{path}_wall_batches_us"] = w["batches_us"]
+    row["cold_wall_speedup_vs_stock"] = row["cold_stock_eager_wall_us"] / row[
+        "cold_custom_eager_wall_us"]
+    print(json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()
+                      if "batches" not in k}), flush=True)
+    del copies, one
+    mx.clear_cache()
+    return row
 
 
 def _f(v, fmt="{:.1f}") -> str:
@@ -312,6 +399,32 @@ def render(res: dict) -> str:
             f"{_f(r.get('host_custom_eager_us'), '{:.2f}')} | "
             f"{_f(r.get('host_custom_compiled_us'), '{:.2f}')} | "
             f"{_f(r.get('custom_vs_stock_rel_max'), '{:.2e}')} |")
+    if res.get("table_rows"):
+        lines += ["", ("Selection-table candidates (every sm_90 entry of "
+                       f"`{res.get('table_source', 'kernels/selection_table.json')}`), cold, "
+                       "stock as the runtime runs it against the candidate, µs per launch "
+                       "(median; spread = min-max over the batches). scripts/regen_sm90_table.py "
+                       "keeps an entry only where custom beats stock by more than the spread:"),
+                  "", ("| shape | dtype | M | candidate | stock wall | custom wall | stock wall "
+                       "spread | custom wall spread | stock device | custom device | wall "
+                       "speed-up | rel diff |"),
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in res["table_rows"]:
+            if "error" in r:
+                lines.append(f"| {r['shape']} | {r['dtype']} | {r['M']} | {r['variant']} | "
+                             f"error: {r['error'][:80]} |||||||")
+                continue
+            p = ", ".join(f"{k}={v}" for k, v in r["params"].items())
+            sp = {pa: (min(r[f"cold_{pa}_wall_batches_us"]), max(r[f"cold_{pa}_wall_batches_us"]))
+                  for pa in ("stock_eager", "custom_eager")}
+            lines.append(
+                f"| {r['shape']} | {r['dtype']} | {r['M']} | {r['variant']} ({p}) | "
+                f"{r['cold_stock_eager_wall_us']:.1f} | {r['cold_custom_eager_wall_us']:.1f} | "
+                f"{sp['stock_eager'][0]:.1f}-{sp['stock_eager'][1]:.1f} | "
+                f"{sp['custom_eager'][0]:.1f}-{sp['custom_eager'][1]:.1f} | "
+                f"{r['cold_stock_eager_us']:.1f} | {r['cold_custom_eager_us']:.1f} | "
+                f"{r['cold_wall_speedup_vs_stock']:.2f}x | "
+                f"{_f(r.get('custom_vs_stock_rel_max'), '{:.1e}')} |")
     errs = [(r['shape'], r['dtype'], r['M'], k, v) for r in res["rows"] for k, v in r.items()
             if k.endswith("error")]
     if errs:
@@ -329,6 +442,14 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default=",".join(DTYPES))
     ap.add_argument("--ms", default="1,8,16")
     ap.add_argument("--ceiling-gib", type=float, default=4.0)
+    ap.add_argument("--table-rows", action="store_true",
+                    help="also measure every sm_90 entry of the selection table, cold (the data "
+                         "scripts/regen_sm90_table.py regenerates the sm_90 entries from)")
+    ap.add_argument("--table", default=None,
+                    help="selection table whose sm_90 entries --table-rows measures; default: "
+                         "the shipped kernels/selection_table.json")
+    ap.add_argument("--no-main", action="store_true",
+                    help="skip the gate_up/down x dtype x M rows (with --table-rows)")
     ap.add_argument("--sweep-json", default=None,
                     help="the hot-weight tiling sweep's JSON (bench/cuda_verify_sweep.py) whose "
                          "M=8 tiles are timed here; default: the committed one")
@@ -376,11 +497,23 @@ def main(argv=None) -> int:
         (out / "cuda_verify.md").write_text(render(res))
 
     save()
-    for op in args.shapes.split(","):
-        k, n = SHAPES[op]
-        for dt_name in dtypes:
-            res["rows"] += measure(op, k, n, dt_name, ms, ceiling, sweep, batch, reps)
+    t_start = time.perf_counter()
+    if args.table_rows:
+        tpath = Path(args.table) if args.table else ROOT / "kernels" / "selection_table.json"
+        res["table_source"] = (str(tpath.relative_to(ROOT)) if tpath.is_relative_to(ROOT)
+                               else str(tpath))
+        res["table_rows"] = []
+        for c in table_candidates(json.loads(tpath.read_text())):
+            res["table_rows"].append(measure_candidate(c, ceiling, batch, reps))
             save()
+        print(f"table rows: {time.perf_counter() - t_start:.0f} s", flush=True)
+    if not args.no_main:
+        for op in args.shapes.split(","):
+            k, n = SHAPES[op]
+            for dt_name in dtypes:
+                res["rows"] += measure(op, k, n, dt_name, ms, ceiling, sweep, batch, reps)
+                save()
+                print(f"elapsed {time.perf_counter() - t_start:.0f} s", flush=True)
     print(render(res))
     return 0
 

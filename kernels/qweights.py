@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import mlx.core as mx
 
@@ -16,6 +16,11 @@ class QWeights:
     biases: mx.array
     group_size: int
     bits: int
+    # dtype -> these weights with scales and biases in that dtype, made once (``in_dtype``)
+    _as: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+    # what a kernel back-end keeps per weights to launch on them without rebuilding anything
+    # (kernels/cuda.py: (variant, x shape, x dtype) -> [(params, launch, wq, scales, biases)])
+    kernel_memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def n(self) -> int:
@@ -31,6 +36,20 @@ class QWeights:
         """Quantize float weights; scales and biases stored in ``dtype`` as an MLX model does."""
         wq, s, b = mx.quantize(w, group_size=group_size, bits=bits)
         return cls(wq, s.astype(dtype), b.astype(dtype), group_size, bits)
+
+    def in_dtype(self, dtype: mx.Dtype) -> QWeights:
+        """These weights with scales and biases in ``dtype``: ``self`` when they already are,
+        else a copy converted the first time it is asked for and kept with these weights, so a
+        kernel that reads them in the activation dtype converts once per weights, not per call.
+        ``quantize`` stores them in the activation dtype from the start."""
+        if self.scales.dtype == dtype and self.biases.dtype == dtype:
+            return self
+        hit = self._as.get(dtype)
+        if hit is None:
+            hit = self._as[dtype] = QWeights(self.wq, self.scales.astype(dtype),
+                                             self.biases.astype(dtype), self.group_size,
+                                             self.bits)
+        return hit
 
     def columns(self, start: int, stop: int) -> QWeights:
         """Output columns [start, stop): full K, so each column's reduction is untouched."""

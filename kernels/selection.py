@@ -25,6 +25,9 @@ FALLBACK_DEVICE = "fallback:unsupported-device"
 FALLBACK_SHAPE = "fallback:shape"
 FALLBACK_DTYPE = "fallback:dtype"
 FALLBACK_DISABLED = "fallback:disabled"
+# An entry that names stock: the device's custom candidate did not beat stock by more than the
+# noise when measured (sm_90: scripts/regen_sm90_table.py writes these, with the reason).
+FALLBACK_MEASURED = "fallback:measured"
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ class Table:
                group_size: int) -> Choice:
         hit = self.index.get((device_key, dtype, m, k, n, bits, group_size))
         if hit is not None:
+            if hit[0] == "stock":
+                return Choice("stock", FALLBACK_MEASURED)
             return Choice(hit[0], TUNED, dict(hit[1]))
         if device_key not in self.device_keys:
             return Choice("stock", FALLBACK_DEVICE)

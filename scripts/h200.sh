@@ -10,6 +10,15 @@
 #                                  cold and hot weights, eager and compiled, host cost) into
 #                                  /tmp/h200res, copied to $OUT; commit $OUT's cuda_verify.{json,md}
 #                                  under bench/results/h200/
+#   scripts/h200.sh devtests       there: tests/test_cuda_launch_cache.py against the real CUDA
+#                                  kernel factory (built once, traced once, nothing cast per
+#                                  launch, host cost within 2 us of stock); log in $OUT
+#   scripts/h200.sh hostcost       there: scripts/cuda_host_cost.py (where a launch's host time
+#                                  goes: stock, kernel called per launch, launch, replay)
+#   scripts/h200.sh regen          there: scripts/regen_sm90_table.py on the bench's table rows
+#                                  (bench --table-rows): the candidate table (sm_90 entries kept
+#                                  only where custom beats stock beyond the noise) into $OUT and
+#                                  /tmp/h200res, where `suites` picks it up
 #   scripts/h200.sh ncu            there: ncu kernel times of stock and custom at M=8, cold
 #                                  (bench/cuda_verify_ncu.py), CSV into $OUT/ncu.csv
 #   scripts/h200.sh sweep ARGS     there: bench/cuda_verify_sweep.py, the HOT-weight tiling sweep
@@ -22,12 +31,18 @@
 #
 # One call carries .whl/p1 and runs `stage`; the next (while the machine is warm: it is given
 # back after 30 s idle, so issue it at once) carries .whl/p2 and runs `stage && install && ...`.
-# The committed bench/results/h200/cuda_verify.* came from, on a fresh clone:
+# The committed bench/results/h200/ files came from, on a fresh clone:
 #   here:  scripts/h200.sh fetch
 #   run (carry .whl/p1):  bash scripts/h200.sh stage
-#   run (carry .whl/p2):  set -o pipefail; bash scripts/h200.sh stage && bash scripts/h200.sh install
-#                         && BENCH_TIMEOUT=330 bash scripts/h200.sh bench && bash scripts/h200.sh ncu
-#   here:  copy cuda_verify.{json,md,log} and ncu.csv from the run's files into bench/results/h200/
+#   run (carry .whl/p2):  bash scripts/h200.sh stage && bash scripts/h200.sh install &&
+#                         { bash scripts/h200.sh devtests; bash scripts/h200.sh hostcost;
+#                           BENCH_TIMEOUT=420 bash scripts/h200.sh bench --table-rows;
+#                           bash scripts/h200.sh regen; }
+#   run (at once, warm):  RECORD_GOLDENS=0 bash scripts/h200.sh suites
+#   here:  copy cuda_verify.{json,md,log}, host_cost.json, devtests.log, h200_suites.jsonl and
+#          suites.log into bench/results/h200/; candidate_table.json is the regenerated
+#          kernels/selection_table.json (or run scripts/regen_sm90_table.py here on the JSON);
+#          farm ingest bench/results/h200/h200_suites.jsonl puts the run in the history
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"
@@ -70,6 +85,22 @@ case "$cmd" in
     cp -r /tmp/h200res/. "$OUT"/
     exit $status
     ;;
+  devtests)
+    export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+    timeout "${TEST_TIMEOUT:-180}" python3 -m pytest -p no:cacheprovider -o addopts= -q -rA -s \
+      tests/test_cuda_launch_cache.py 2>&1 | tee "$OUT/devtests.log" | tail -15
+    ;;
+  hostcost)
+    export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+    timeout "${HOST_TIMEOUT:-120}" python3 scripts/cuda_host_cost.py --out "$OUT/host_cost.json"
+    ;;
+  regen)
+    export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+    python3 scripts/regen_sm90_table.py --results /tmp/h200res/cuda_verify.json \
+      --table kernels/selection_table.json --out /tmp/h200res/candidate_table.json \
+      2>&1 | tee "$OUT/regen.log"
+    cp /tmp/h200res/candidate_table.json "$OUT/"
+    ;;
   ncu)
     # Kernel time from the profiler (ncu is at /usr/local/cuda/bin there; nsys is absent):
     # clocks left as they run (--clock-control none), caches flushed before every kernel.
@@ -109,7 +140,7 @@ case "$cmd" in
       suites/test_selection.py --results-jsonl "$OUT/h200_suites.jsonl" 2>&1 | tee "$OUT/suites.log" | tail -40
     ;;
   *)
-    echo "usage: scripts/h200.sh fetch|stage|install|bench|ncu|sweep|suites" >&2
+    echo "usage: scripts/h200.sh fetch|stage|install|bench|devtests|hostcost|regen|ncu|sweep|suites" >&2
     exit 2
     ;;
 esac

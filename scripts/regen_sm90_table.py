@@ -1,0 +1,156 @@
+"""Regenerate the sm_90 entries of the selection table from the H200's cold measurements.
+
+    python scripts/regen_sm90_table.py [--results bench/results/h200/cuda_verify.json]
+                                       [--table kernels/selection_table.json] [--out PATH]
+                                       [--check]
+
+The results file is what ``bench/cuda_verify.py --table-rows`` wrote on the H200: for every
+sm_90 entry of the table, its custom candidate and stock as the runtime runs it, cold weights
+(a different copy per launch, rotating over more than 2x L2), each timed over several batches
+of launches. The figure compared is the wall time per launch as an eager caller sees it (the
+batch's graph built and evaluated), median over the batches.
+
+An entry is kept only where custom beats stock by more than the noise: the margin
+(stock - custom, µs) must exceed the larger of the two spreads (max - min over the batches).
+Otherwise the entry selects stock (selection reason ``fallback:measured``), keeps its custom
+``candidate`` (the next run measures it again and may restore it) and states the ``reason``
+with the figures. An entry the results do not measure (or whose candidate failed there) is
+dropped to stock the same way. Every other device's entries are left exactly as they are.
+
+Writes the table in place (or to ``--out``); ``--check`` writes nothing and exits 1 when the
+table differs from what the results say it should be. After a change, the reviewed record of
+selections (suites/expected_selections.json) must be reviewed and rewritten with
+``python -m suites.expected_selections --write``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEVICE = "sm_90"
+STOCK = "stock"
+
+
+def _spread(batches: list[float]) -> float:
+    return max(batches) - min(batches)
+
+
+def _key(shape: str, dtype: str, m: int, gs: int) -> tuple:
+    return (shape, dtype, int(m), int(gs))
+
+
+def verdict(row: dict | None, variant: str, params: dict) -> tuple[bool, dict]:
+    """(keep?, figures) for one candidate from its measured row (None: not measured)."""
+    if row is None:
+        return False, {"why": "not measured cold"}
+    if row.get("error") or row.get("variant") != variant or row.get("params") != params:
+        what = row.get("error") or f"measured {row.get('variant')} {row.get('params')}"
+        return False, {"why": f"no cold measurement of this candidate ({what[:120]})"}
+    stock = row["cold_stock_eager_wall_us"]
+    custom = row["cold_custom_eager_wall_us"]
+    noise = max(_spread(row["cold_stock_eager_wall_batches_us"]),
+                _spread(row["cold_custom_eager_wall_batches_us"]))
+    margin = stock - custom
+    fig = {"stock_us": round(stock, 2), "custom_us": round(custom, 2),
+           "margin_us": round(margin, 2), "noise_us": round(noise, 2),
+           "batches": len(row["cold_custom_eager_wall_batches_us"])}
+    return margin > noise, fig
+
+
+def regenerate(table: dict, results: dict, results_name: str) -> tuple[dict, list[dict]]:
+    """The table with its sm_90 entries regenerated, and one decision record per key."""
+    rows = {_key(r["shape"], r["dtype"], r["M"], r.get("group_size", 64)): r
+            for r in results.get("table_rows", [])}
+    when = results.get("measured_at", "?")
+    chip = results.get("device", {}).get("chip", "H200")
+    where = f"{chip} {when}, cold, {results_name}"
+    entries, decisions = [], []
+    for e in table["entries"]:
+        if DEVICE not in e["devices"]:
+            entries.append(e)
+            continue
+        if e["devices"] != [DEVICE]:
+            raise ValueError(f"an entry shares {DEVICE} with other devices ({e['devices']}): "
+                             "split it by hand first")
+        cand = e.get("candidate") or {"variant": e["variant"], "params": e.get("params", {})}
+        if cand["variant"] == STOCK:
+            entries.append(e)  # stock chosen by hand, with nothing to measure against
+            continue
+        for shape in e["shapes"]:
+            for dtype in e["dtypes"]:
+                for gs in e["group_sizes"]:
+                    row = rows.get(_key(shape, dtype, e["M"], gs))
+                    keep, fig = verdict(row, cand["variant"], cand["params"])
+                    base = {"devices": [DEVICE], "dtypes": [dtype], "M": e["M"],
+                            "bits": e["bits"], "group_sizes": [gs], "shapes": [shape]}
+                    if keep:
+                        new = {**base, "variant": cand["variant"], "params": cand["params"],
+                               "profiled": (f"{where}: wall {fig['custom_us']} us vs stock "
+                                            f"{fig['stock_us']} us per launch; margin "
+                                            f"{fig['margin_us']} us > noise {fig['noise_us']} us "
+                                            f"(max-min over {fig['batches']} batches)")}
+                    else:
+                        if "why" in fig:
+                            reason = f"{cand['variant']}: {fig['why']} ({where})"
+                        else:
+                            reason = (f"{cand['variant']} wall {fig['custom_us']} us vs stock "
+                                      f"{fig['stock_us']} us per launch: margin "
+                                      f"{fig['margin_us']} us is not above the noise "
+                                      f"{fig['noise_us']} us (max-min over {fig['batches']} "
+                                      f"batches) ({where})")
+                        new = {**base, "variant": STOCK, "params": {}, "candidate": cand,
+                               "reason": reason}
+                    entries.append(new)
+                    decisions.append({"shape": shape, "dtype": dtype, "M": e["M"],
+                                      "candidate": cand["variant"], "kept": keep, **fig})
+    return {**table, "entries": entries}, decisions
+
+
+def render(table: dict) -> str:
+    return json.dumps(table, indent=1) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--results", default=str(ROOT / "bench/results/h200/cuda_verify.json"))
+    ap.add_argument("--table", default=str(ROOT / "kernels/selection_table.json"))
+    ap.add_argument("--out", default=None, help="where to write (default: --table, in place)")
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing; exit 1 if the table is not what the results say")
+    args = ap.parse_args(argv)
+    results_path = Path(args.results)
+    try:
+        results = json.loads(results_path.read_text())
+        table = json.loads(Path(args.table).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        print(f"regen_sm90_table: cannot read {e}", file=sys.stderr)
+        return 2
+    if not results.get("table_rows"):
+        print(f"regen_sm90_table: {results_path} has no table_rows: run bench/cuda_verify.py "
+              "--table-rows on the H200 first", file=sys.stderr)
+        return 2
+    name = (str(results_path.resolve().relative_to(ROOT))
+            if results_path.resolve().is_relative_to(ROOT) else results_path.name)
+    new, decisions = regenerate(table, results, name)
+    for d in decisions:
+        figs = (f"custom {d['custom_us']} vs stock {d['stock_us']} us, margin {d['margin_us']}"
+                f" noise {d['noise_us']}" if "custom_us" in d else d["why"])
+        print(f"{'keep' if d['kept'] else 'DROP'} {d['shape']} {d['dtype']} M={d['M']} "
+              f"{d['candidate']}: {figs}")
+    text = render(new)
+    if args.check:
+        same = Path(args.table).read_text() == text
+        print("table matches the results" if same else "table differs from the results")
+        return 0 if same else 1
+    Path(args.out or args.table).write_text(text)
+    kept = sum(d["kept"] for d in decisions)
+    print(f"{kept} kept, {len(decisions) - kept} dropped to stock -> {args.out or args.table}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

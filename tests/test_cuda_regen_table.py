@@ -1,0 +1,123 @@
+"""scripts/regen_sm90_table.py: the sm_90 entries follow the cold measurements (issue 14,
+Deliver 4). Run as a user runs it, on a small synthetic results file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+
+from dflash2.device import DeviceIdentity
+from kernels.selection import FALLBACK_MEASURED, TUNED, build_table, select
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "regen_sm90_table.py"
+H200 = DeviceIdentity("sm_90", None, None, "NVIDIA H200", "cuda", mx.__version__, False)
+SHAPES = json.loads((ROOT / "kernels" / "selection_table.json").read_text())["shapes"]
+WA = {"n_tile": 32, "k_groups": 2, "unroll": 1, "prefetch": 1}
+KV = {"n_tile": 32, "k_groups": 20, "unroll": 2, "prefetch": 0}
+DRAFT = {"n_tile": 8, "k_groups": 4}
+
+
+def _entry(shape, dtype, m, variant, params, **extra):
+    return {"devices": ["sm_90"], "dtypes": [dtype], "M": m, "bits": 4, "group_sizes": [64],
+            "shapes": [shape], "variant": variant, "params": params, **extra}
+
+
+def _row(shape, dtype, m, variant, params, stock, custom):
+    """A bench table row: ``stock``/``custom`` are the per-batch wall figures (µs)."""
+    k, n = SHAPES[shape]
+    med = sorted(stock)[len(stock) // 2], sorted(custom)[len(custom) // 2]
+    return {"shape": shape, "K": k, "N": n, "dtype": dtype, "M": m, "group_size": 64, "bits": 4,
+            "variant": variant, "params": params,
+            "cold_stock_eager_wall_us": med[0], "cold_custom_eager_wall_us": med[1],
+            "cold_stock_eager_wall_batches_us": stock, "cold_custom_eager_wall_batches_us": custom}
+
+
+APPLE = {"devices": ["g13s"], "dtypes": ["bfloat16"], "M": 8, "bits": 4, "group_sizes": [64],
+         "shapes": ["gate_up"], "variant": "scalar_kmajor", "params": {"n_tile": 8},
+         "profiled": "M1 Max"}
+
+
+def _files(tmp_path):
+    table = {"_doc": "synthetic", "version": 1, "shapes": SHAPES, "entries": [
+        APPLE,
+        _entry("gate_up", "bfloat16", 8, "mma_weights_a", WA, profiled="old, hot"),
+        _entry("attn_kv", "bfloat16", 4, "mma_weights_a", KV, profiled="old, hot"),
+        _entry("draft_kv", "float32", 8, "w4a32", DRAFT, profiled="old, hot"),
+        # dropped by an earlier run; its candidate now wins by far
+        _entry("down", "float16", 8, "stock", {}, reason="earlier: within noise",
+               candidate={"variant": "mma_weights_a", "params": WA}),
+    ]}
+    results = {"measured_at": "2026-12-03 15:00 UTC", "device": {"chip": "NVIDIA H200"},
+               "table_rows": [
+                   _row("gate_up", "bfloat16", 8, "mma_weights_a", WA,
+                        [44.0, 43.5, 44.5, 44.1], [26.0, 25.5, 26.8, 26.1]),
+                   # faster by 1.1 us, but the batches spread over 2.5 us: noise
+                   _row("attn_kv", "bfloat16", 4, "mma_weights_a", KV,
+                        [20.0, 19.0, 21.5, 20.2], [19.0, 18.5, 20.0, 19.1]),
+                   # draft_kv float32 is not measured at all
+                   _row("down", "float16", 8, "mma_weights_a", WA,
+                        [39.0, 38.8, 39.4, 39.1], [24.0, 23.9, 24.6, 24.2]),
+               ]}
+    tp, rp = tmp_path / "table.json", tmp_path / "cuda_verify.json"
+    tp.write_text(json.dumps(table, indent=1) + "\n")
+    rp.write_text(json.dumps(results))
+    return tp, rp
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+def test_regen_keeps_what_beats_stock_beyond_the_noise_and_drops_the_rest(tmp_path):
+    tp, rp = _files(tmp_path)
+    assert _run("--table", tp, "--results", rp, "--check").returncode == 1
+    r = _run("--table", tp, "--results", rp)
+    assert r.returncode == 0, r.stderr
+    assert "2 kept, 2 dropped to stock" in r.stdout
+    data = json.loads(tp.read_text())
+    by = {(e["shapes"][0], e["dtypes"][0], e["M"]): e for e in data["entries"]
+          if e["devices"] == ["sm_90"]}
+    assert data["entries"][0] == APPLE  # other devices' entries untouched, in place
+
+    kept = by[("gate_up", "bfloat16", 8)]
+    assert (kept["variant"], kept["params"]) == ("mma_weights_a", WA)
+    assert "reason" not in kept and "candidate" not in kept
+    assert "margin 18.0 us > noise 1.3 us" in kept["profiled"] and "cold" in kept["profiled"]
+
+    noisy = by[("attn_kv", "bfloat16", 4)]
+    assert (noisy["variant"], noisy["params"]) == ("stock", {})
+    assert noisy["candidate"] == {"variant": "mma_weights_a", "params": KV}
+    assert "margin 1.1 us is not above the noise 2.5 us" in noisy["reason"]
+
+    unmeasured = by[("draft_kv", "float32", 8)]
+    assert unmeasured["variant"] == "stock" and "not measured cold" in unmeasured["reason"]
+    assert unmeasured["candidate"] == {"variant": "w4a32", "params": DRAFT}
+
+    restored = by[("down", "float16", 8)]
+    assert (restored["variant"], restored["params"]) == ("mma_weights_a", WA)
+    assert "candidate" not in restored and "reason" not in restored
+
+    # the regenerated table loads, and selection follows it with the reasons
+    table = build_table(data)
+    k, n = SHAPES["gate_up"]
+    assert (select(H200, "bfloat16", 8, k, n, table=table).reason) == TUNED
+    k, n = SHAPES["attn_kv"]
+    got = select(H200, "bfloat16", 4, k, n, table=table)
+    assert (got.variant, got.reason) == ("stock", FALLBACK_MEASURED)
+    # the same results give the same table: --check passes, a second run changes nothing
+    assert _run("--table", tp, "--results", rp, "--check").returncode == 0
+
+
+def test_regen_refuses_results_without_table_rows(tmp_path):
+    tp, rp = _files(tmp_path)
+    rp.write_text(json.dumps({"rows": []}))
+    before = tp.read_text()
+    r = _run("--table", tp, "--results", rp)
+    assert r.returncode == 2 and "--table-rows" in r.stderr and "Traceback" not in r.stderr
+    assert tp.read_text() == before
