@@ -187,3 +187,66 @@ def _check_writable(path: Path) -> None:
     if path.is_dir() or not os.access(path.parent, os.W_OK):
         raise FarmError(f"cannot write --junit {path}: "
                         f"{'a directory' if path.is_dir() else 'permission denied'}", EXIT_USAGE)
+
+
+# -- the warm fleet: `farm fleet up | down | status` ---------------------------------------------
+
+fleet_app = typer.Typer(help="A local loopback fleet kept warm between runs: `farm run` without "
+                             "--address attaches to it.", no_args_is_help=True)
+app.add_typer(fleet_app, name="fleet")
+
+
+def _say(line: str) -> None:
+    typer.echo(line, err=True)
+
+
+@fleet_app.command("up", epilog=escape("Example: farm fleet up --devices g13s,g14,g15s"))
+def fleet_up(
+    devices: str = typer.Option(None, help="selectors of the devices to keep warm "
+                                           "[default: g13s,g14,g15s]"),
+    json_out: bool = typer.Option(False, "--json", help="print the fleet as JSON"),
+) -> None:
+    """Start a local fleet (one Ray node per device, on 127.0.0.1, token auth) that stays up:
+    `farm run` without --address attaches to it until `farm fleet down`."""
+    from farm.fleet import warm
+
+    t0 = time.monotonic()
+    if not json_out:
+        _say("starting a warm fleet (local Ray on 127.0.0.1) ...")
+    fleet, started = warm.up(devices or warm.DEFAULT_DEVICES, _say)
+    if json_out:
+        typer.echo(json.dumps({**fleet.to_json(), "started_now": started}))
+    elif started:
+        typer.echo(f"{warm.describe(fleet)}: up in {time.monotonic() - t0:.1f}s; `farm run` "
+                   f"without --address attaches to it; `farm fleet down` stops it")
+    else:
+        typer.echo(f"{warm.describe(fleet)}: already up")
+
+
+@fleet_app.command("down", epilog=escape("Example: farm fleet down"))
+def fleet_down() -> None:
+    """Stop the warm fleet: every process of it killed, its state file removed."""
+    from farm.fleet import warm
+
+    typer.echo(warm.down(_say))
+
+
+@fleet_app.command("status", epilog=escape("Example: farm fleet status --json"))
+def fleet_status(
+    json_out: bool = typer.Option(False, "--json", help="print JSON"),
+) -> None:
+    """Whether a warm fleet is up: its address, devices, keeper and processes."""
+    from farm.fleet import warm
+
+    st = warm.status(_say)
+    if json_out:
+        typer.echo(json.dumps(st))
+    elif st["state"] != "up":
+        typer.echo(f"no warm fleet is up (state file {st['state_file']})")
+    else:
+        since = time.strftime("%H:%M:%S", time.localtime(st["started"]))
+        labels = ", ".join(d["arch"] + (" (emulated)" if d.get("emulated") else "")
+                           for d in st["devices"])
+        typer.echo(f"warm fleet up since {since} ({st['uptime_s']:.0f}s): {st['address']} with "
+                   f"{labels}; keeper pid {st['keeper_pid']}, {st['processes']} process(es); "
+                   f"state file {st['state_file']}")

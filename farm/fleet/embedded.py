@@ -10,13 +10,23 @@ node, and the driver that connects to it, uses the loopback address: nothing lea
 ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, which only `ray start` reads otherwise: an embedded fleet
 is one host, so its processes and the driver run in that mode.)
 
+Fast start (`start_local_fleet`, shared with the warm fleet of `farm fleet up`): only what a run
+needs is started. The head is the first device's node (no node without a device); no dashboard,
+API server, autoscaler monitor, log monitor or Ray client server; each node's dashboard agent in
+Ray's minimal mode. The device nodes start in parallel, as soon as the GCS answers, each with a
+temp dir of its own (Ray names its sockets and logs inside a node's session dir by probing for
+free names, which concurrent starts in one dir would race on). Meanwhile each device's health
+check (`farm.fleet.health.check`: the same subprocess, environment and shipped tree a node runs
+it with, this host being every node's host) runs beside the start, and its result is handed to
+the run for the node started for that device.
+
 Teardown leaves no process behind, whenever it happens (a Ctrl-C while Ray is still starting
 included, when Ray's own bookkeeping of what it started is incomplete): Ray's dashboard and
 runtime-env agents ignore SIGTERM and outlive a raylet that dies first. So the fleet's processes
 are found three ways -- this process's descendants that were not there before (on Linux this
 process is made a child subreaper, so an orphaned agent stays a descendant), any process that
 carries the fleet's own ``FARM_FLEET_ID`` in its environment (Ray's processes inherit it), and
-any renamed ``ray::`` process holding files open in the fleet's session directory -- stopped
+any renamed ``ray::`` process holding files open in the fleet's session directories -- stopped
 (SIGSTOP, so none can start another), then killed (SIGKILL) and reaped.
 """
 
@@ -27,21 +37,28 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import signal
+import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from dflash2.device import DeviceIdentity, Selector, current_device, emulated_identity
-from farm.errors import EXIT_USAGE, FarmError
+from farm.errors import EXIT_INFRA, EXIT_USAGE, FarmError
 from farm.fleet.cluster import free_ports, use_token_auth
 from farm.fleet.devices import RESOURCE, device_labels
+from farm.tempdirs import owned_tmpdir
 
 OBJECT_STORE_BYTES = 100 * 1024 * 1024  # per node; results are small JSON batches
 LOOPBACK = "127.0.0.1"
-ENV_MULTI_HOST = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
+ENV_MULTI_HOST = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # ray_constants.ENABLE_RAY_CLUSTER_ENV_VAR
 ENV_FLEET = "FARM_FLEET_ID"  # in every process of one embedded fleet (they inherit it)
 REAP_S = 10.0  # how long teardown waits for killed processes to be gone
+START_S = 60.0  # deadline for the whole fleet to be up
+TEMP_PREFIX = "farm-fleet-"  # + creator pid: swept once the creator is gone (farm.tempdirs)
 _SESSION = re.compile(r"(/[^\s=:]*/session_\d{4}-\d\d-\d\d_[\d_-]+)(?=/|\s|$)")
 
 
@@ -71,65 +88,184 @@ def describe(devices: list[DeviceIdentity]) -> str:
 
 
 @contextlib.contextmanager
-def embedded_fleet(devices: list[DeviceIdentity],
-                   before_start: Callable[[], None] | None = None) -> Iterator[str]:
-    """Start a head plus one node per device; yield the address; tear everything down after.
-
-    ``before_start`` runs once Ray is imported, before any Ray process starts (the run's signal
-    guard uses it to keep Ray's SIGTERM handler out).
-    """
-    use_token_auth(secrets.token_hex(32))
-    saved_env = {k: os.environ.get(k) for k in (ENV_MULTI_HOST, ENV_FLEET)}
+def single_host_ray() -> Iterator[None]:
+    """Ray imported and set for one host on loopback (see above); restored on exit."""
+    saved = os.environ.get(ENV_MULTI_HOST)
     os.environ[ENV_MULTI_HOST] = "0"  # before Ray reads it: loopback (see above)
     from ray._private import ray_constants
-    from ray.cluster_utils import Cluster
 
     saved_mode, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False
     ray_log = logging.getLogger("ray")  # its INFO lines ("Overwriting previous Ray address")
     saved_level = ray_log.level
     ray_log.setLevel(logging.WARNING)
-    if before_start is not None:
-        before_start()
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved_mode
+        ray_log.setLevel(saved_level)
+        if saved is None:
+            os.environ.pop(ENV_MULTI_HOST, None)
+        else:
+            os.environ[ENV_MULTI_HOST] = saved
+
+
+@contextlib.contextmanager
+def _lean_nodes() -> Iterator[None]:
+    """While nodes start: no API server on the head (`include_dashboard=False` still starts
+    one, and the head waits for it), dashboard agents in Ray's minimal mode (the raylet waits
+    for its agent; the minimal one imports and serves less). Nothing the farm uses needs either:
+    it reads the GCS (``ray.nodes()``) and runs tasks. The Ray version is pinned; should these
+    hooks be gone in another one, the nodes start as Ray starts them."""
+    from ray._private import node as ray_node
+    from ray._private import utils as ray_utils
+
+    saved = {}
+    for owner, name, value in (
+            (ray_node.Node, "start_api_server", lambda self, **kw: None),
+            (ray_utils, "get_dashboard_dependency_error",
+             lambda: ImportError("farm: minimal dashboard agent"))):
+        if hasattr(owner, name):
+            saved[owner, name] = getattr(owner, name)
+            setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for (owner, name), value in saved.items():
+            setattr(owner, name, value)
+
+
+def _node_params(dev: DeviceIdentity, temp_dir: Path, **extra):
+    from ray._private.parameter import RayParams
+
+    return RayParams(num_cpus=1, resources={RESOURCE: 1}, labels=device_labels(dev),
+                     object_store_memory=OBJECT_STORE_BYTES, node_ip_address=LOOPBACK,
+                     include_log_monitor=False, dashboard_agent_listen_port=None,
+                     node_manager_port=0, min_worker_port=0, max_worker_port=0,
+                     temp_dir=str(temp_dir), **extra)
+
+
+def _answers(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((LOOPBACK, port), timeout=0.2):
+        return True
+    return False
+
+
+def start_local_fleet(devices: list[DeviceIdentity], base: Path, timeout: float = START_S,
+                      threads: list[threading.Thread] | None = None,
+                      ) -> tuple[str, dict[str, DeviceIdentity]]:
+    """Start one Ray node per device on loopback, the first one the head; return the address
+    and node id -> device. Ray must be imported under `single_host_ray`, token auth set.
+
+    The device nodes start in threads (appended to ``threads``) once the head's GCS answers;
+    Ray's ``Node`` waits in each for its raylet to register. Nodes are made without Ray's exit
+    hooks or reaper (no signal handlers, which only the main thread may install): the caller
+    kills the fleet (`kill_fleet`), and, when it is interrupted mid-start, again once the
+    threads are done (`stop_starters`)."""
+    from ray._private.node import Node
+
+    if not devices:
+        raise FarmError("no device to start a fleet with", EXIT_USAGE)
+    deadline = time.monotonic() + timeout
+    gcs_port = free_ports(1)[0]
+    made: dict[int, object] = {}
+    failed: dict[int, BaseException] = {}
+
+    def make(i: int, params, head: bool) -> None:
+        try:
+            made[i] = Node(params, head=head, shutdown_at_exit=False, spawn_reaper=False)
+        except BaseException as e:  # noqa: BLE001 -- reported by the caller, in one line
+            failed[i] = e
+
+    with _lean_nodes():
+        head = _node_params(devices[0], base / "0", gcs_server_port=gcs_port,
+                            include_dashboard=False, no_monitor=True)
+        threads = [] if threads is None else threads
+        threads.append(threading.Thread(target=make, args=(0, head, True), daemon=True,
+                                        name="farm-fleet-head"))
+        threads[0].start()
+        while not _answers(gcs_port):
+            if failed or not threads[0].is_alive() or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        for i, dev in enumerate(devices[1:], start=1):
+            params = _node_params(dev, base / str(i), gcs_address=f"{LOOPBACK}:{gcs_port}")
+            t = threading.Thread(target=make, args=(i, params, False), daemon=True,
+                                 name=f"farm-fleet-node-{i}")
+            t.start()
+            threads.append(t)
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+    if failed or len(made) < len(devices):
+        i, e = min(failed.items()) if failed else (None, None)
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0] if e else (
+            f"not up within {timeout:g}s")
+        what = f"{devices[i].label} node" if i is not None else "fleet"
+        raise FarmError(f"local Ray fleet failed to start ({what}): {why[:300]}", EXIT_INFRA)
+    nodes = {made[i].node_id: dev for i, dev in enumerate(devices)}
+    return f"{LOOPBACK}:{gcs_port}", nodes
+
+
+def stop_starters(threads: list[threading.Thread], kill: Callable[[], object],
+                  wait: float = 5.0) -> None:
+    """After ``kill`` (the fleet, its GCS included): wait (bounded) for node starts still under
+    way, which then fail, and ``kill`` again what they may have started meanwhile."""
+    if not any(t.is_alive() for t in threads):
+        return
+    deadline = time.monotonic() + wait
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    kill()
+
+
+@contextlib.contextmanager
+def embedded_fleet(devices: list[DeviceIdentity],
+                   before_start: Callable[[], None] | None = None,
+                   workdir: Path | None = None) -> Iterator[str]:
+    """Start one node per device (the first one the head); yield the address; tear everything
+    down after.
+
+    ``before_start`` runs once Ray is imported, before any Ray process starts (the run's signal
+    guard uses it to keep Ray's SIGTERM handler out). ``workdir``: the shipped tree; when
+    given, each device's health check runs beside the start (`farm.fleet.health.precheck`).
+    """
+    from farm.fleet import health
+
+    use_token_auth(secrets.token_hex(32))
+    saved_fleet = os.environ.get(ENV_FLEET)
     fleet_id = secrets.token_hex(8)
     before = _descendants()
     was_reaper = _child_subreaper(True)
-    os.environ[ENV_FLEET] = fleet_id
-    cluster = None
+    os.environ[ENV_FLEET] = fleet_id  # the prechecks' subprocesses are the fleet's too
+    base = None
+    starters: list[threading.Thread] = []
     try:
-        # Ray's fixed defaults (GCS 6379, client server 10001, dashboard 8265, dashboard agent
-        # 52365) would clash with any other Ray on this host; its other ports are chosen free
-        # by Ray itself, and the device nodes' dashboard agent ports by Cluster.add_node.
-        gcs, client, agent, dashboard = free_ports(4)
-        cluster = Cluster(initialize_head=True, shutdown_at_exit=True, head_node_args={
-            "num_cpus": 1, "include_dashboard": False, "object_store_memory": OBJECT_STORE_BYTES,
-            "gcs_server_port": gcs, "ray_client_server_port": client,
-            "dashboard_agent_listen_port": agent, "dashboard_port": dashboard,
-            "node_ip_address": LOOPBACK,
-        })
-        for dev in devices:
-            cluster.add_node(wait=False, num_cpus=1, resources={RESOURCE: 1},
-                             labels=device_labels(dev), object_store_memory=OBJECT_STORE_BYTES,
-                             node_ip_address=LOOPBACK)
-        cluster.wait_for_nodes(timeout=60)
-        yield cluster.address
+        prechecks = {id(d): health.precheck(d, workdir) for d in devices} if workdir else {}
+        with single_host_ray():
+            if before_start is not None:
+                before_start()
+            base = owned_tmpdir(TEMP_PREFIX)
+            address, nodes = start_local_fleet(devices, base, threads=starters)
+            for node_id, dev in nodes.items():
+                if id(dev) in prechecks:
+                    health.adopt(node_id, prechecks.pop(id(dev)))
+            yield address
     finally:
         try:
             with contextlib.suppress(Exception):
                 import ray
 
                 ray.shutdown()
-            kill_fleet(fleet_id, before)
-            if cluster is not None:
-                with contextlib.suppress(Exception):
-                    cluster.shutdown()  # Ray's own bookkeeping: its processes are gone already
+            roots = {str(base)} if base else set()
+            kill_fleet(fleet_id, before, roots=roots)
+            stop_starters(starters, lambda: kill_fleet(fleet_id, before, roots=roots))
         finally:
-            ray_constants.ENABLE_RAY_CLUSTER = saved_mode
-            ray_log.setLevel(saved_level)
-            for k, v in saved_env.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+            health.forget()
+            if base is not None:
+                shutil.rmtree(base, ignore_errors=True)
+            if saved_fleet is None:
+                os.environ.pop(ENV_FLEET, None)
+            else:
+                os.environ[ENV_FLEET] = saved_fleet
             if not was_reaper:
                 _child_subreaper(False)
 
@@ -154,52 +290,71 @@ def _descendants() -> set[tuple[int, float]]:
 
 
 def fleet_processes(fleet_id: str, before: set[tuple[int, float]] = frozenset(),
-                    sessions: set[str] | None = None) -> list:
+                    sessions: set[str] | None = None, root: int | None = None,
+                    session_id: int | None = None) -> list:
     """The live processes of the fleet ``fleet_id`` (psutil.Process objects).
 
-    ``sessions`` collects the fleet's Ray session directories (named on its processes' command
-    lines): a process Ray renamed (``ray::DashboardAgent``; its environment is overwritten by
-    the new title too) and that lost its parent is still found by the logs it holds open there.
+    Found as: descendants of ``root`` (None: this process; 0: none) not in ``before``; processes
+    whose environment carries the fleet id; members of the Unix session ``session_id`` (a warm
+    fleet's keeper leads one); renamed ``ray::`` processes holding files open under one of
+    ``sessions``. ``sessions`` collects the fleet's Ray session directories (named on its
+    processes' command lines; a caller may seed it with the fleet's temp dir): a process Ray
+    renamed (``ray::DashboardAgent``; its environment is overwritten by the new title too) and
+    that lost its parent is still found by the logs it holds open there.
     """
     psutil = _psutil()
     sessions = set() if sessions is None else sessions
     me = os.getpid()
     found: dict[int, object] = {}
-    for p in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            if (p.pid, p.create_time()) not in before:
-                found[p.pid] = p
+    with contextlib.suppress(psutil.Error):
+        for p in psutil.Process(me if root is None else root).children(recursive=True) if (
+                root is None or root > 0) else ():
+            with contextlib.suppress(psutil.Error):
+                if (p.pid, p.create_time()) not in before:
+                    found[p.pid] = p
     renamed = []
     for p in psutil.process_iter():
         if p.pid == me or p.pid in found:
             continue
         with contextlib.suppress(psutil.Error):
-            if p.environ().get(ENV_FLEET) == fleet_id:
+            if _in_session(p.pid, session_id) or p.environ().get(ENV_FLEET) == fleet_id:
                 found[p.pid] = p
             elif p.cmdline()[:1] and p.cmdline()[0].startswith("ray::"):
                 renamed.append(p)
     for p in found.values():
         with contextlib.suppress(psutil.Error):
             sessions.update(_SESSION.findall(" ".join(p.cmdline())))
-    inside = tuple(d + "/" for d in sessions)
+    inside = tuple(d.rstrip("/") + "/" for d in sessions)
     for p in renamed if sessions else ():
-        with contextlib.suppress(psutil.Error):
+        with contextlib.suppress(psutil.Error, OSError):
             if any(f.path.startswith(inside) for f in p.open_files()):
                 found[p.pid] = p
     return list(found.values())
 
 
+def _in_session(pid: int, session_id: int | None) -> bool:
+    if session_id is None:
+        return False
+    try:
+        return os.getsid(pid) == session_id
+    except OSError:
+        return False
+
+
 def kill_fleet(fleet_id: str, before: set[tuple[int, float]] = frozenset(),
-               timeout: float = REAP_S) -> list[int]:
-    """Stop, then kill, every process of the fleet; wait (bounded) until they are gone.
+               timeout: float = REAP_S, roots: set[str] | None = None, root: int | None = None,
+               session_id: int | None = None) -> list[int]:
+    """Stop, then kill, every process of the fleet (`fleet_processes`; ``roots``: directories
+    its processes hold files in); wait (bounded) until they are gone.
 
     Returns the pids still alive after ``timeout`` (none, unless the kernel refuses).
     """
     psutil = _psutil()
     seen: dict[int, object] = {}
-    sessions: set[str] = set()
+    sessions: set[str] = set(roots or ())
     for _ in range(5):  # stopped parents start nothing: a few passes find the whole tree
-        new = [p for p in fleet_processes(fleet_id, before, sessions) if p.pid not in seen]
+        new = [p for p in fleet_processes(fleet_id, before, sessions, root, session_id)
+               if p.pid not in seen]
         if not new:
             break
         for p in new:

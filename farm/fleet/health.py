@@ -5,6 +5,11 @@ tree first on the path) and checks two things: the device is what its node label
 reports the advertised architecture), and a 4-bit quantized matmul matches its dequantize +
 float32 matmul golden. A device failing either is quarantined for the run. The subprocess prints
 one JSON object; ``python -m farm.fleet.health`` runs it by hand.
+
+On an embedded fleet every node is a process of this host, so the check needs no node: it runs
+here (`precheck`), in the same subprocess with the same environment and shipped tree, while the
+fleet starts, and the result is adopted for the node started for that device (`adopt`), keyed by
+that node's id. `check_devices` takes an adopted result instead of scheduling a task.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import platform
 import socket
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 from farm.runner.device_job import job_env, shipped_root
@@ -22,6 +29,10 @@ from farm.runner.device_job import job_env, shipped_root
 REMOTE_S = 90.0  # deadline for a fleet's checks, Ray scheduling included
 GOLDEN_TOL = 1e-3  # relative to the output's scale; float32 QMM here matches to ~1e-6
 CHECK_TIMEOUT_S = 60.0
+
+# node id -> the check already under way for that node's device (embedded fleets): a cache whose
+# key is one node of one fleet, taken once (each node is checked once per run).
+_ADOPTED: dict[str, Future] = {}
 
 
 def golden() -> dict:
@@ -76,11 +87,54 @@ def check(device: dict, workdir: Path | None = None) -> dict:
     return {**base, "ok": ok, "seconds": seconds, "detail": detail, "identity": ident}
 
 
+def precheck(device, workdir: Path) -> Future:
+    """Start ``check`` for ``device`` (a DeviceIdentity) on this host now, in a thread; the
+    future holds its result."""
+    fut: Future = Future()
+    spec = {"arch": device.arch, "emulated": device.emulated}
+
+    def work() -> None:
+        try:
+            fut.set_result(check(spec, workdir))
+        except BaseException as e:  # noqa: BLE001 -- check never raises; this is a bug's line
+            fut.set_result({"ok": False, "detail": f"{type(e).__name__}: {e}"[:300]})
+
+    threading.Thread(target=work, name="farm-health-precheck", daemon=True).start()
+    return fut
+
+
+def adopt(node_id: str, fut: Future) -> None:
+    """The check ``fut`` (`precheck`) is the health check of node ``node_id``."""
+    _ADOPTED[node_id] = fut
+
+
+def forget() -> None:
+    """Drop adopted checks (the fleet is gone; a check still running is the fleet's process,
+    killed with it)."""
+    _ADOPTED.clear()
+
+
 def check_devices(devices: list, timeout: float = REMOTE_S) -> dict[str, dict]:
-    """Health-check ``devices`` (fleet.Device) in parallel on their nodes, with one deadline.
+    """Health-check ``devices`` (fleet.Device) in parallel on their nodes, with one deadline
+    (a check already adopted for a node is taken instead, within the same deadline).
 
     Returns node id -> result; ``died`` is set when the node was gone.
     """
+    t0 = time.monotonic()
+    adopted = {d.node_id: _ADOPTED.pop(d.node_id) for d in devices if d.node_id in _ADOPTED}
+    out: dict[str, dict] = {}
+    todo = [d for d in devices if d.node_id not in adopted]
+    if todo:
+        out.update(_remote_checks(todo, timeout))
+    for node_id, fut in adopted.items():
+        try:
+            out[node_id] = fut.result(max(0.0, timeout - (time.monotonic() - t0)))
+        except TimeoutError:
+            out[node_id] = {"ok": False, "detail": f"no answer within {timeout:g}s"}
+    return out
+
+
+def _remote_checks(devices: list, timeout: float) -> dict[str, dict]:
     import ray
 
     from farm.fleet.placement import pinned

@@ -66,7 +66,7 @@ def run(opts: RunOptions, console: Console | None = None) -> RunOutcome:
 
 def _run(opts: RunOptions, console: Console, guard: signals.Guard) -> RunOutcome:
     from db import open_history
-    from farm.fleet import cluster, embedded
+    from farm.fleet import cluster, embedded, warm
     from suites.manifest import resolve_suite
 
     t0 = time.monotonic()
@@ -101,9 +101,14 @@ def _run(opts: RunOptions, console: Console, guard: signals.Guard) -> RunOutcome
         opts.env = {**dispatch_env(), **opts.env}
         context = run_context(opts.env)  # what changes dispatch, for the history
         staged = stack.enter_context(shipping.staged_tree(root))
-        if address:
+        # No address: a warm fleet (`farm fleet up`) when one is up and has the devices.
+        kept = None if address else warm.attach(selectors, lambda line: console.print(
+            line, highlight=False, markup=False))
+        if address or kept:
+            address = address or kept.address
             with show.phase(f"connecting to Ray at {address}", plain=False):
-                cluster.connect(address, shipping.runtime_env(staged, opts.env))
+                cluster.connect(address, shipping.runtime_env(staged, opts.env),
+                                node_ip=embedded.LOOPBACK if kept else None)
         else:
             devices = embedded.plan(selectors)
             console.print(embedded.describe(devices), highlight=False)
@@ -111,7 +116,7 @@ def _run(opts: RunOptions, console: Console, guard: signals.Guard) -> RunOutcome
             record.open(suite, opts, revision, context)
             with show.phase(f"starting fleet: local Ray, {len(devices)} device node(s)"):
                 addr = stack.enter_context(embedded.embedded_fleet(
-                    devices, before_start=guard.hold_ray))
+                    devices, before_start=guard.hold_ray, workdir=staged))
                 cluster.connect(addr, shipping.runtime_env(staged, opts.env),
                                 node_ip=embedded.LOOPBACK)
         guard.hold_ray()  # ray.init put Ray's SIGTERM handlers in; ours go back
