@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from dflash2.device import DeviceIdentity, Selector
+from dflash2.device import DeviceIdentity, Selector, parse_selector
+from dflash2.errors import Dflash2Error
 
 RESOURCE = "dflash2_device"  # one unit per device node: one suite job at a time
 LABEL_PREFIX = "dflash2/"
@@ -143,3 +144,61 @@ def describe(devices: list[Device]) -> str:
     if not devices:
         return "no live devices (start one with `farm agent --address ADDR`)"
     return "live devices: " + ", ".join(d.short for d in devices)
+
+
+# -- selectors with a twin count (`--devices g14*2`) ------------------------------------------
+
+DEVICES_HELP = (
+    "selectors: g13s (an arch), g14 (a generation), cpu, all; comma-separated. A job runs per "
+    "device variant; when several idle nodes advertise the same variant (twins), the suite is "
+    "split across all of them, test by test, with work stealing (each twin starts with a "
+    "contiguous share, an idle twin takes the un-started half of the busiest one's), and the "
+    "results are merged under that variant, each recording its node. SELECTOR*N uses at most "
+    "N twins per variant (g14*2; g14*1: one node, the whole suite on it); a twin that dies "
+    "hands its unfinished tests to the others")
+EVERY_HELP = ("the whole suite on every matching device, one job each, instead of one job per "
+              "variant split across its twins (not with SELECTOR*N)")
+_TWINS = re.compile(r"^(.*?)\*\s*(\S*)$")
+
+
+@dataclass(frozen=True)
+class TwinSelector(Selector):
+    """A selector with how many twins of each variant it matches may share a job (None: all)."""
+
+    twins: int | None = None
+
+
+def parse_selectors(text: str) -> list[Selector]:
+    """`dflash2.device.parse_selectors`, plus an optional ``*N`` on each selector."""
+    parts = [p for p in (s.strip() for s in (text or "").split(",")) if p]
+    if not parts:
+        raise Dflash2Error("empty device selector: name at least one device, e.g. --devices g13s")
+    out: list[Selector] = []
+    for p in parts:
+        m = _TWINS.match(p)
+        if m is None:
+            out.append(parse_selector(p))
+            continue
+        base, count = m[1].strip(), m[2]
+        if not base or not count.isdigit() or int(count) < 1:
+            raise Dflash2Error(f"bad twin count in device selector {p!r}: write SELECTOR*N "
+                               f"with N >= 1, e.g. g14*2")
+        sel = parse_selector(base)
+        out.append(TwinSelector(p, sel.kind, sel.value, int(count)))
+    return out
+
+
+def check_twins(selectors: list[Selector], every: bool) -> None:
+    """``--every`` and ``SELECTOR*N`` ask for opposite things: refused together."""
+    counted = [s.text for s in selectors if getattr(s, "twins", None)]
+    if every and counted:
+        raise Dflash2Error(f"--every runs the whole suite on every matching device; "
+                           f"{counted[0]!r} splits one run of it across twins: drop one of them")
+
+
+def twin_cap(device: Device, selectors: list[Selector]) -> int | None:
+    """At most how many twins of ``device``'s variant share its job (None: every idle one):
+    the largest ``*N`` among the selectors that match it."""
+    caps = [s.twins for s in selectors
+            if getattr(s, "twins", None) and s.matches(device.identity())]
+    return max(caps) if caps else None

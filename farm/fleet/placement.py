@@ -1,12 +1,17 @@
 """Where jobs go: a small policy over the matching devices (the xdist `scheduler/` idea).
 
-A job is one suite run on one device. By default a run wants one device per kind (architecture,
-real or emulated) because devices of one kind are interchangeable; ``--every`` wants them all.
-A retry goes to another live device of the job's kind. Ray enforces the rest: each device node
-has one ``dflash2_device`` unit, so a device runs one job at a time and a second one queues.
+A job is one suite run on one device kind. By default a run wants one job per kind (architecture,
+real or emulated) because devices of one kind are interchangeable; ``--every`` wants a job on each
+device. A job may run on several twins: the preferred device plus the other idle devices of
+exactly its variant (every field of its identity equal), up to a cap (``--devices g14*2``); they
+share its tests (`farm.runner.sharding`). A retry goes to another live device of the job's kind.
+Ray enforces the rest: each device node has one ``dflash2_device`` unit, so a device runs one job
+at a time and a second one queues.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from farm.fleet.devices import LABEL_ARCH, Device
 
@@ -25,6 +30,28 @@ def choose_devices(matching: list[Device], *, every: bool,
     for d in sorted(usable, key=_preference):
         chosen.setdefault(d.kind, d)
     return [d for d in usable if chosen.get(d.kind) is d]
+
+
+def twins(a: Device, b: Device) -> bool:
+    """Two nodes of one device variant: their results are interchangeable."""
+    return a.node_id != b.node_id and a.identity() == b.identity()
+
+
+def choose_twins(matching: list[Device], *, every: bool,
+                 cap: Callable[[Device], int | None] | None = None,
+                 avoid: set[str] | frozenset[str] = frozenset()) -> list[list[Device]]:
+    """One group of devices per job: its preferred device first, then its idle twins (at most
+    ``cap(first)`` devices in all; None: no cap). With ``every``: one device per job."""
+    usable = [d for d in matching if d.node_id not in avoid]
+    firsts = choose_devices(usable, every=every)
+    if every:
+        return [[d] for d in firsts]
+    groups = []
+    for first in firsts:
+        more = [d for d in sorted(usable, key=_preference) if not d.busy and twins(d, first)]
+        n = cap(first) if cap else None
+        groups.append([first, *more][:n] if n else [first, *more])
+    return groups
 
 
 def replacement(kind: tuple[str, bool], devices: list[Device],

@@ -12,6 +12,10 @@ Faults handled here, each turned into a result so the job goes on:
 - a test hangs: pytest-timeout (signal method) fails it, reported as ``timeout``; a hang the
   signal cannot break is killed by a watchdog after the timeout plus a grace period;
 - the job runs past its own timeout: the running test is ``timeout`` and the job ends there.
+
+A twin of a sharded job (``spec["shard"]``) runs no fixed list: its pytest pulls each test from
+the job's queue (`shard_relay`, `pytest_shard`), and a test it was handed but never reported
+goes to its next pytest first after a crash, or back to the queue when the job ends.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from pathlib import Path
 
 from dflash2.runtime_context import without_dispatch_env
 from farm.runner.pytest_progress import ENV_COLLECTED, ENV_PARENT, ENV_STARTED
+from farm.runner.shard_relay import Relay
 from farm.tempdirs import owned_tmpdir
 
 POLL_S = 0.1
@@ -176,12 +181,14 @@ class _Follower:
         return events
 
 
-def run_job(spec: dict) -> Iterator[list[dict]]:
+def run_job(spec: dict, queue=None) -> Iterator[list[dict]]:
     """Run the suite of ``spec`` here; yield batches of events until it is done.
 
     ``spec``: suite (name), pytest_args, test_timeout, job_timeout, device (the node's device
     labels as a dict), deselect (node ids already reported by an earlier attempt), attempt,
-    env (extra environment, optional). The last batch holds a ``farm_job_end`` event.
+    env (extra environment, optional), shard (optional: ``{"queue", "job", "name"}``, the
+    queue actor's name, the job's key in it and this twin's name). The last batch holds a
+    ``farm_job_end`` event. ``queue`` stands in for the queue actor's client (tests).
     """
     workdir = shipped_root()
     deadline = time.monotonic() + float(spec["job_timeout"])
@@ -197,8 +204,17 @@ def run_job(spec: dict) -> Iterator[list[dict]]:
     status, error, restarts, sent_start = "completed", None, 0, False
     last_finish: dict | None = None
     proc: subprocess.Popen | None = None
+    relay: Relay | None = None
     try:
+        if spec.get("shard") and queue is None:
+            from farm.runner.shard_queue import Client
+
+            queue = Client(spec["shard"])
         while True:
+            prev = relay
+            relay = Relay(queue, prev.unreported(done) if prev else None) if queue else None
+            if prev is not None:
+                prev.close()
             results, started = tmp / f"results-{restarts}.jsonl", tmp / f"started-{restarts}"
             collected = tmp / f"collected-{restarts}"
             log = tmp / f"pytest-{restarts}.log"
@@ -212,16 +228,25 @@ def run_job(spec: dict) -> Iterator[list[dict]]:
                    "--timeout-method", "signal" if hasattr(signal, "SIGALRM") else "thread"]
             if spec.get("suite"):
                 cmd += ["--farm-suite", spec["suite"]]
-            for nodeid in sorted(done):
-                cmd += ["--deselect", nodeid]
+            if relay is not None:  # the queue says what runs: nothing to deselect
+                cmd += ["-p", "farm.runner.pytest_shard"]
+            else:
+                for nodeid in sorted(done):
+                    cmd += ["--deselect", nodeid]
             env = job_env(spec["device"], workdir,
                           {**(spec.get("env") or {}), ENV_STARTED: str(started),
-                           ENV_COLLECTED: str(collected), ENV_PARENT: str(os.getpid())})
+                           ENV_COLLECTED: str(collected), ENV_PARENT: str(os.getpid()),
+                           **(relay.env() if relay else {})})
             with open(log, "wb") as out:
                 proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=out,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        pass_fds=relay.child_fds if relay else (),
                                         preexec_fn=_die_with_parent)  # noqa: PLW1509 (setsid+prctl only)
-            follow = _Follower(results, started, collected, before=len(done))
+            if relay is not None:
+                relay.started()
+            # A twin collects the whole suite; otherwise what was deselected counts as done.
+            follow = _Follower(results, started, collected,
+                               before=0 if relay is not None else len(done))
             last_finish = None  # only the last subprocess's summary describes the job's end
             ended = None  # why this subprocess ended, when the farm ended it
             while True:
@@ -258,7 +283,24 @@ def run_job(spec: dict) -> Iterator[list[dict]]:
                     yield batch
                 if rc is not None or ended:
                     break
-                time.sleep(POLL_S)
+                if relay is None:
+                    time.sleep(POLL_S)
+                    continue
+                try:  # answer the subprocess's pulls while waiting
+                    missing = [t for t in relay.serve(POLL_S) if t not in done]
+                except Exception as e:  # noqa: BLE001 (the queue is gone: the job cannot go on)
+                    _kill(proc)
+                    yield follow.read(done)
+                    status, error = "error", f"test queue: {type(e).__name__}: {e}"[:500]
+                    break
+                if missing:
+                    done.update(missing)
+                    yield [synthesized_result(t, "error", f"not collected on this node "
+                                              f"({socket.gethostname()}) although a twin of "
+                                              f"its device variant collected it", 0.0)
+                           for t in missing]
+            if error is not None:
+                break
             if ended == "job":
                 status, error = "timeout", f"job timeout after {spec['job_timeout']:g}s"
                 break
@@ -283,6 +325,8 @@ def run_job(spec: dict) -> Iterator[list[dict]]:
     finally:
         if proc is not None:
             _kill(proc)
+        if relay is not None:
+            relay.close()
         shutil.rmtree(tmp, ignore_errors=True)
     end: list[dict] = [last_finish] if last_finish else []
     yield [*end, {"type": "farm_job_end", "status": status, "error": error,
