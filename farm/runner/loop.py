@@ -2,11 +2,17 @@
 
 The order it keeps and the faults it handles are listed in `farm.runner.driver`, which brings a
 fleet up and down around it and owns the run's row.
+
+A job is one device variant. Each device job in flight is a ``Shard`` (its own slot in
+``refs``): a job has one, or, when its variant has several idle nodes (twins), one per twin,
+all pulling the job's tests from its queue (`farm.runner.twins`, `farm.runner.sharding`); their
+results are merged into the one job, each naming its node.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,15 +20,15 @@ from pathlib import Path
 from rich.console import Console
 
 from db.events import scrub
-from dflash2.device import parse_selectors
 from farm.errors import EXIT_FLAGGED, EXIT_INFRA, EXIT_OK, FarmError
 from farm.fleet import devices as fleet
 from farm.fleet import health, placement
-from farm.fleet.devices import Device
+from farm.fleet.devices import Device, check_twins, parse_selectors, twin_cap
 from farm.report import summary as report
 from farm.runner import signals
 from farm.runner.progress import Progress
 from farm.runner.record import RunRecord
+from farm.runner.twins import Twins
 
 WAIT_S = 0.25
 GET_S = 30.0
@@ -70,6 +76,17 @@ class RunOutcome:
                 "compared": self.compared}
 
 
+@dataclass
+class Shard:
+    """One device job in flight: a whole job on its device, or one twin of a sharded job."""
+
+    job: int  # index in Driver.jobs
+    device: Device
+    name: str = ""  # the twin's name in its job's queue; "" for a job that is not sharded
+    started: bool = False  # its farm_job_start arrived
+    end: dict | None = None  # its farm_job_end, once it arrived
+
+
 def _job_task():
     """The device job as a Ray streaming generator (made lazily: no Ray import at load)."""
     import ray
@@ -95,8 +112,11 @@ class Driver:
         self.quarantined: dict[str, str] = {}
         self.health: dict[str, dict] = {}
         self.jobs: list[report.JobRecord] = []
-        self.refs: dict[int, object] = {}  # index in self.jobs -> ObjectRefGenerator
-        self.deadline: dict[int, float] = {}
+        self.refs: dict[int, object] = {}  # slot -> ObjectRefGenerator
+        self.shards: dict[int, Shard] = {}  # slot -> what runs there
+        self.deadline: dict[int, float] = {}  # slot -> monotonic deadline
+        self._slots = itertools.count()
+        self.twins = Twins(self)  # the sharded jobs
         self.job_task = _job_task()
         self.aborting = False  # jobs ended by an abort get no line each: the abort has one
         self.context = context  # what changes dispatch, for the history
@@ -133,41 +153,72 @@ class Driver:
 
     # -- dispatch ---------------------------------------------------------------------------
 
-    def spec(self, job: report.JobRecord, device: Device) -> dict:
+    def spec(self, job: report.JobRecord, device: Device, shard: dict | None = None) -> dict:
         return {"suite": self.suite.name, "pytest_args": self.suite.pytest_args(),
                 "test_timeout": self.test_timeout, "job_timeout": self.job_timeout,
                 "device": {"arch": device.arch, "emulated": device.emulated},
-                "deselect": sorted(job.results), "attempt": job.attempt, "env": self.opts.env}
+                "deselect": [] if shard else sorted(job.results), "attempt": job.attempt,
+                "env": self.opts.env, **({"shard": shard} if shard else {})}
 
-    def dispatch(self, i: int, device: Device) -> None:
+    def place(self, i: int, device: Device) -> None:
+        """Point job ``i`` at ``device`` (its record, its history row on first use)."""
         job = self.jobs[i]
         job.node_id, job.host, job.state, job.current = device.node_id, device.host, "queued", ""
         job.end, job.streaming = None, None
-        job.nodes.append(device.node_id)
+        if device.node_id not in job.nodes or not self.twins.sharded(i):
+            job.nodes.append(device.node_id)
         h = self.health.get(device.node_id, {})
         job.device = h.get("identity") or device.identity().to_json()
         if job.job_id is None:
             job.job_id = self.history.add_job(self.run_id, job.device, device.host,
                                               h.get("os"), device.node_id)
+
+    def launch(self, i: int, device: Device, shard: dict | None = None) -> int:
+        """Start one device job of job ``i`` on ``device``; returns its slot."""
+        slot = next(self._slots)
         opts = {**placement.pinned(device), "resources": {fleet.RESOURCE: 1}}
-        self.refs[i] = self.job_task.options(**opts).remote(self.spec(job, device))
-        self.deadline[i] = time.monotonic() + self.job_timeout + JOB_GRACE_S
+        self.shards[slot] = Shard(i, device, (shard or {}).get("name", ""))
+        self.refs[slot] = self.job_task.options(**opts).remote(
+            self.spec(self.jobs[i], device, shard))
+        self.deadline[slot] = time.monotonic() + self.job_timeout + JOB_GRACE_S
+        return slot
+
+    def dispatch(self, i: int, device: Device) -> None:
+        """Job ``i``, whole, on ``device`` (what a job that is not sharded runs as)."""
+        self.place(i, device)
+        self.launch(i, device)
+
+    def drop(self, slot: int) -> Shard | None:
+        self.refs.pop(slot, None)
+        self.deadline.pop(slot, None)
+        return self.shards.pop(slot, None)
+
+    def slots_of(self, i: int) -> list[int]:
+        return [s for s, sh in self.shards.items() if sh.job == i]
 
     def finish(self, i: int, status: str, error: str | None = None) -> None:
         job = self.jobs[i]
+        if job.status:
+            return  # finished once
         job.status, job.error, job.state, job.current = status, error, "done", ""
-        self.refs.pop(i, None)
-        self.deadline.pop(i, None)
+        for slot in self.slots_of(i):
+            self.drop(slot)
         if job.job_id is not None:
             self.history.finish_job(job.job_id, status, error, attempts=job.attempt)
         if not self.aborting:
             self.show.job_done(job)
 
-    def node_lost(self, i: int, why: str) -> None:
-        """The job's node died (or its task could not run there): retry elsewhere, or lost."""
-        job = self.jobs[i]
-        self.dead.add(job.node_id)
-        self.refs.pop(i, None)
+    def node_lost(self, slot: int, why: str) -> None:
+        """A device job's node died (or its task could not run there): a twin's tests go to
+        the job's other twins; a whole job is retried elsewhere, or lost."""
+        sh = self.drop(slot)
+        if sh is None:
+            return
+        self.dead.add(sh.device.node_id)
+        if sh.name:
+            self.twins.lost(sh, why)
+            return
+        i, job = sh.job, self.jobs[sh.job]
         dead_dev = f"{job.label}@{job.node_id[:8]}"
         if job.attempt <= self.opts.retries:
             avoid = self.dead | set(self.quarantined)
@@ -186,22 +237,29 @@ class Driver:
 
     # -- the stream -------------------------------------------------------------------------
 
-    def take(self, i: int, batch: list[dict]) -> None:
-        job = self.jobs[i]
+    def take(self, slot: int, batch: list[dict]) -> None:
+        sh = self.shards[slot]
+        job = self.jobs[sh.job]
         store: list[dict] = []
         # Undecodable bytes in a test's output are escaped once, here: stored, printed in the
         # summary and written as JSON alike, never raising after the run is under way.
         for ev in scrub(batch):
             kind = ev.get("type")
             if kind == "farm_job_start":
-                job.state = "running"
-                job.streaming, job.done_before = time.monotonic(), len(job.results)
+                sh.started = True
+                if job.state != "running":  # the first twin (or the attempt) to start
+                    job.state = "running"
+                    job.streaming, job.done_before = time.monotonic(), len(job.results)
             elif kind == "farm_collected" and isinstance(ev.get("total"), int):
                 job.total = ev["total"]
             elif kind == "farm_job_end":
-                job.end = ev
+                sh.end = job.end = ev
             elif kind == "result":
-                ev["farm_node"], ev["farm_attempt"] = job.node_id, job.attempt  # provenance
+                if sh.name and ev.get("nodeid", "") in job.results:
+                    continue  # a twin's late copy: each test has one result
+                # provenance: the node that ran it, its host, the job's attempt
+                ev["farm_node"], ev["farm_host"] = sh.device.node_id, sh.device.host
+                ev["farm_attempt"] = job.attempt
                 job.results[ev.get("nodeid", "")] = ev
                 job.current = ev.get("nodeid", "")
                 store.append(ev)
@@ -209,6 +267,8 @@ class Driver:
                 store.append(ev)
         if store:
             self.history.ingest_events(job.job_id, store)
+        if sh.name:
+            self.twins.progress(sh.job)
 
     def step(self) -> None:
         import ray
@@ -216,30 +276,48 @@ class Driver:
         if not self.refs:
             return
         order = list(self.refs)
-        ready, _ = ray.wait([self.refs[i] for i in order], num_returns=1, timeout=WAIT_S)
+        ready, _ = ray.wait([self.refs[s] for s in order], num_returns=1, timeout=WAIT_S)
         ready_ids = {id(r) for r in ready}
-        for i in order:
-            gen = self.refs.get(i)
+        for slot in order:
+            gen = self.refs.get(slot)
             if gen is None or id(gen) not in ready_ids:
                 continue
             try:
                 ref = next(gen)
             except StopIteration:
-                self.ended(i)
+                self.ended(slot)
                 continue
             try:
-                self.take(i, ray.get(ref, timeout=GET_S))
+                self.take(slot, ray.get(ref, timeout=GET_S))
             except ray.exceptions.RayError as e:
                 name = type(e).__name__
                 cause = getattr(e, "cause", None)
                 if name in _DIED or type(cause).__name__ in _DIED:
-                    self.node_lost(i, name)
+                    self.node_lost(slot, name)
                 else:
-                    self.finish(i, "error", f"{name}: {str(e).strip().splitlines()[-1][:300]}")
+                    self.failed(slot, f"{name}: {str(e).strip().splitlines()[-1][:300]}")
 
-    def ended(self, i: int) -> None:
-        job = self.jobs[i]
-        end = job.end
+    def failed(self, slot: int, error: str) -> None:
+        """A device job raised (not a node death): its job ends in error, or, for a twin, the
+        twin leaves its job with that error."""
+        sh = self.drop(slot)
+        if sh is None:
+            return
+        if sh.name:
+            self.twins.ended(sh, "error", error)
+        else:
+            self.finish(sh.job, "error", error)
+
+    def ended(self, slot: int) -> None:
+        sh = self.drop(slot)
+        if sh is None:
+            return
+        end = sh.end
+        if sh.name:
+            self.twins.ended(sh, *(("error", "the device job ended without its final event")
+                                   if end is None else (end.get("status"), end.get("error"))))
+            return
+        i, job = sh.job, self.jobs[sh.job]
         if end is None:
             self.finish(i, "error", "the device job ended without its final event")
             return
@@ -258,15 +336,22 @@ class Driver:
 
         now = time.monotonic()
         alive = {d.node_id for d in fleet.live_devices()}
-        for i in list(self.refs):
-            job = self.jobs[i]
-            if now > self.deadline[i]:
-                ray.cancel(self.refs[i], force=True)
-                self.finish(i, "timeout", f"no end of job within --job-timeout "
-                                          f"{self.job_timeout:g}s + {JOB_GRACE_S:g}s")
-            elif job.node_id not in alive:
-                ray.cancel(self.refs[i], force=True)
-                self.node_lost(i, "node left the cluster")
+        for slot in list(self.refs):
+            sh = self.shards.get(slot)
+            if sh is None:
+                continue
+            if now > self.deadline[slot]:
+                ray.cancel(self.refs[slot], force=True)
+                why = (f"no end of job within --job-timeout {self.job_timeout:g}s + "
+                       f"{JOB_GRACE_S:g}s")
+                if sh.name:
+                    self.drop(slot)
+                    self.twins.ended(sh, "timeout", why)
+                else:
+                    self.finish(sh.job, "timeout", why)
+            elif sh.device.node_id not in alive:
+                ray.cancel(self.refs[slot], force=True)
+                self.node_lost(slot, "node left the cluster")
 
     # -- the run ----------------------------------------------------------------------------
 
@@ -274,6 +359,7 @@ class Driver:
         t0 = time.monotonic()
         opts = self.opts
         selectors = parse_selectors(opts.devices)
+        check_twins(selectors, opts.every)
         devices = fleet.live_devices()
         missing = fleet.unmatched(devices, selectors)
         if missing:
@@ -281,18 +367,22 @@ class Driver:
             raise FarmError(f"no live device matches {names}; {fleet.describe(devices)}",
                             EXIT_INFRA)
         match = fleet.matching(devices, selectors)
-        chosen = placement.choose_devices(match, every=opts.every)
+        groups = placement.choose_twins(match, every=opts.every,
+                                        cap=lambda d: twin_cap(d, selectors))
+        chosen = [g[0] for g in groups]
         if not self.record.run_id:  # on a given cluster: once a device matches
             self.record.open(self.suite, opts, self.revision, self.context)
         self.run_id = self.record.run_id
         self.console.print(f"run {self.run_id}: suite {self.suite.name} on "
-                           f"{', '.join(d.short for d in chosen)} (revision "
+                           f"{', '.join(' + '.join(d.short for d in g) for g in groups)}"
+                           f"{' (twins share a job)' if any(len(g) > 1 for g in groups) else ''}"
+                           f" (revision "
                            f"{(self.revision['git_sha'] or 'no git')[:10]}"
                            f"{'+dirty' if self.revision['dirty'] else ''}, tree "
                            f"{self.revision['tree_hash'][:12]})", highlight=False)
         status = "incomplete"  # unless the loop ends normally or is aborted
         try:
-            self.check_health(chosen)
+            self.check_health([d for g in groups for d in g])
             for d in chosen:
                 self.jobs.append(report.JobRecord(key=d.short, kind=d.kind,
                                                   device=d.identity().to_json(),
@@ -300,7 +390,12 @@ class Driver:
             used: set[str] = set()
             for i, d in enumerate(chosen):
                 avoid = self.dead | set(self.quarantined) | (used if opts.every else set())
-                target = d if d.node_id not in avoid else self.healthy_device(
+                healthy = [t for t in groups[i] if t.node_id not in avoid]
+                if len(healthy) > 1:
+                    used.update(t.node_id for t in healthy)
+                    self.twins.start(i, healthy)
+                    continue
+                target = healthy[0] if healthy else self.healthy_device(
                     d.kind, placement.replacement(d.kind, fleet.live_devices(self.dead), avoid))
                 if target is None:
                     job = self.jobs[i]
@@ -344,10 +439,13 @@ class Driver:
         """Cancel every job still in flight and record it as ended with ``status``."""
         import ray
 
-        for i in list(self.refs):
+        for slot in list(self.refs):
             with contextlib.suppress(Exception):  # a fleet going down: the job ends anyway
-                ray.cancel(self.refs[i], force=True)
-            self.finish(i, status, error)
+                ray.cancel(self.refs[slot], force=True)
+            sh = self.shards.get(slot)
+            if sh is not None:
+                self.finish(sh.job, status, error)
+        self.twins.close()
 
     def verdict(self) -> str:
         statuses = {j.status for j in self.jobs}

@@ -111,8 +111,10 @@ class Progress:
         """A device's job ended (the live table shows it; a log gets a line)."""
         if self.live:
             return
+        nodes = len(set(job.nodes))  # twins sharing the job, or the nodes of its attempts
         self.line(f"{job.label}@{job.node_id[:8]}: {job.status} {report.done_text(job)} "
-                  f"in {report.fmt_s(time.monotonic() - job.started)}")
+                  f"in {report.fmt_s(time.monotonic() - job.started)}"
+                  + (f" on {nodes} nodes" if nodes > 1 else ""))
 
     def _plain(self) -> None:
         self._plain_at = time.monotonic()
