@@ -44,7 +44,7 @@ def read_jsonl(path: Path) -> Iterator[dict]:
             except json.JSONDecodeError:
                 continue
             if isinstance(obj, dict):
-                yield scrub(obj)
+                yield _scrubbed(obj, line)
 
 
 def load_jsonl(path: str | os.PathLike) -> list[dict]:
@@ -65,7 +65,7 @@ def load_jsonl(path: str | os.PathLike) -> list[dict]:
             obj = None
         problems += line_problems(n, obj, last=i == len(lines) - 1)
         if isinstance(obj, dict):
-            events.append(scrub(obj))
+            events.append(_scrubbed(obj, line))
     if not any(e.get("type") == "session_start" for e in events):
         check_events(p, events)  # the clearer refusal: not a results stream at all
     if problems:
@@ -73,6 +73,12 @@ def load_jsonl(path: str | os.PathLike) -> list[dict]:
                         f"nothing was recorded", EXIT_USAGE)
     check_events(p, events)
     return events
+
+
+def _scrubbed(obj: dict, line: str) -> dict:
+    """`scrub` of a decoded line, skipped when it cannot change anything: the file is read
+    with ``errors="replace"``, so a lone surrogate can only come from a ``\\uDxxx`` escape."""
+    return scrub(obj) if "\\ud" in line or "\\uD" in line else obj
 
 
 def check_events(p: Path, events: list[dict]) -> None:

@@ -10,7 +10,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, union
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from db import models as m
@@ -178,8 +178,13 @@ def _job_selections(c, jobs: list[dict]) -> list[dict]:
     return out
 
 
-def result_details(h: History, result_ids: list[int]) -> dict[int, dict[str, list[dict]]]:
-    """Measurements, selections and fingerprints of the given results, by result id."""
+DETAILS = ("measurements", "selections", "fingerprints")
+
+
+def result_details(h: History, result_ids: list[int], kinds: tuple[str, ...] = DETAILS
+                   ) -> dict[int, dict[str, list[dict]]]:
+    """Measurements, selections and fingerprints (those of ``kinds``) of the given results, by
+    result id."""
     out: dict[int, dict[str, list[dict]]] = defaultdict(
         lambda: {"measurements": [], "selections": [], "fingerprints": []})
     if not result_ids:
@@ -190,6 +195,8 @@ def result_details(h: History, result_ids: list[int]) -> dict[int, dict[str, lis
             ("selections", m.selections, SELECTION_COLUMNS),
             ("fingerprints", m.fingerprints, ("key", "digest")),
         ):
+            if name not in kinds:
+                continue
             for chunk in _chunks(result_ids, 500):
                 q = (select(table.c.result_id, *(table.c[k] for k in cols))
                      .where(table.c.result_id.in_(chunk)).order_by(table.c.id))
@@ -221,31 +228,56 @@ def run_results(h: History, run_id: str) -> list[dict]:
 
 def test_history(h: History, test: str, *, device: DeviceFilter | None = None,
                  limit: int = 50) -> list[dict]:
-    """One test's outcomes and measurements over runs, newest last (a series to read down)."""
+    """One test's outcomes and measurements over runs, newest last (a series to read down).
+
+    The newest ``limit`` results of the test (by run start, then result id): runs are read
+    newest first, in growing chunks that never split runs started at the same time, and each
+    chunk's results of the test are looked up by job (``ix_results_job_id_test_id``,
+    ``ix_results_job_id_nodeid``) until ``limit`` are found: the cost grows with the runs read,
+    not with the history. (Reading every result of the test and sorting them all took 160 ms at
+    a million results.)
+    """
     devs = devices(h)
-    q = (select(m.results.c.id, m.results.c.nodeid, m.results.c.params, m.results.c.outcome,
-                m.results.c.category, m.results.c.duration, m.results.c.message,
-                m.jobs.c.device_id, m.runs.c.id.label("run_id"), m.runs.c.started)
-         .join(m.jobs, m.jobs.c.id == m.results.c.job_id)
-         .join(m.runs, m.runs.c.id == m.jobs.c.run_id)
-         .where((m.results.c.test_id == test) | (m.results.c.nodeid == test))
-         .order_by(m.runs.c.started.desc(), m.results.c.id.desc()))
+    r, j, ru = m.results.c, m.jobs.c, m.runs.c
+    q = (select(r.id, r.nodeid, r.params, r.outcome, r.category, r.duration, r.message,
+                j.device_id, ru.id.label("run_id"), ru.started)
+         .select_from(m.runs).join(m.jobs, j.run_id == ru.id).join(m.results, r.job_id == j.id))
     if device is not None:
-        q = q.where(m.jobs.c.device_id.in_([i for i, d in devs.items() if device(d)]))
+        q = q.where(j.device_id.in_([i for i, d in devs.items() if device(d)]))
+
+    def of_runs(ids: list[str]):
+        # A UNION, not an OR: each side looks its column up in its own (job_id, ...) index.
+        mine = q.where(j.run_id.in_(ids))
+        return union(mine.where(r.test_id == test), mine.where(r.nodeid == test))
+
+    limit = max(limit, 0)
+    rows: list = []
     with h.engine.connect() as c:
-        rows = c.execute(q.limit(max(limit, 0))).mappings().all()
+        newest = c.execute(select(ru.id, ru.started).order_by(ru.started.desc(), ru.id.desc()))
+        chunk, size = newest.fetchmany(8), 8
+        while chunk and len(rows) < limit:
+            nxt = newest.fetchone()
+            while nxt is not None and nxt.started == chunk[-1].started:
+                chunk.append(nxt)
+                nxt = newest.fetchone()
+            rows += c.execute(of_runs([x.id for x in chunk])).mappings().all()
+            size = min(size * 4, 512)
+            chunk = ([nxt] if nxt is not None else []) + newest.fetchmany(size - 1)
+        newest.close()
+    rows.sort(key=lambda x: (x["started"], x["id"]), reverse=True)
+    rows = rows[:limit]
     if not rows:
         raise FarmError(f"no results for test {test!r}"
                         f"{' on the selected devices' if device else ''} in the history "
                         f"(ids look like suites/test_x.py::test_name)", EXIT_USAGE)
-    details = result_details(h, [r["id"] for r in rows])
+    details = result_details(h, [x["id"] for x in rows], kinds=("measurements",))
     out = []
-    for r in reversed(rows):
-        d = {k: r[k] for k in ("run_id", "started", "nodeid", "params", "outcome", "category",
+    for x in reversed(rows):
+        d = {k: x[k] for k in ("run_id", "started", "nodeid", "params", "outcome", "category",
                                "duration", "message")}
-        d["device"] = devs[r["device_id"]]["label"]
-        d["variant_key"] = devs[r["device_id"]]["variant_key"]
-        d["measurements"] = details[r["id"]]["measurements"]
+        d["device"] = devs[x["device_id"]]["label"]
+        d["variant_key"] = devs[x["device_id"]]["variant_key"]
+        d["measurements"] = details[x["id"]]["measurements"]
         out.append(d)
     return out
 

@@ -28,7 +28,7 @@ def test_migrations_from_empty_create_every_table_at_head(kind, tmp_path):
     h = open_history(target)
     insp = inspect(h.engine)
     assert TABLES <= set(insp.get_table_names())
-    assert {"ix_results_nodeid", "ix_selections_shape", "ix_measurements_name_result_id"} <= {
+    assert {"ix_results_job_id_nodeid", "ix_selections_result_id", "ix_measurements_result_id"} <= {
         ix["name"] for t in ("results", "selections", "measurements")
         for ix in insp.get_indexes(t)}
     with h.engine.connect() as c:
@@ -116,7 +116,7 @@ def test_a_0001_history_upgrades_to_head_and_keeps_its_rows(kind, tmp_path):
             "SELECT suite, variant_key, run_id FROM baselines"))] == [("m8-parity", "v", "r-old")]
         assert c.execute(text("SELECT role FROM selections")).scalar() is None
     assert [tuple(r) for r in old] == [("gate_up", "scalar_kmajor", "tuned", None, "t.py::a")]
-    assert "ix_selections_shape" in {ix["name"] for ix in inspect(h.engine).get_indexes(
+    assert "ix_selections_result_id" in {ix["name"] for ix in inspect(h.engine).get_indexes(
         "selections")}
     # The upgraded history takes new rows with their implementation, beside the old ones.
     record(h, [({"arch": "cpu"}, "h", [result(selections=[

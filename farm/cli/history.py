@@ -1,7 +1,9 @@
 """History commands: runs, show, history, query, export, regressions, baseline, ingest.
 
 Thin over the `db` library (sqlite-utils style): parse arguments, call one library function,
-render a rich table or `--json`. Every error a user can cause is a `FarmError` line.
+render a rich table or `--json`. Every error a user can cause is a `FarmError` line. What only
+one command needs (export, ingest, the regression analysis) is imported by that command: every
+`farm` invocation imports this module.
 """
 
 import json
@@ -17,8 +19,6 @@ from rich.table import Table
 
 from db import open_history
 from db.events import CATEGORIES
-from db.export import export_run
-from db.ingest import events_digest, ingest_jsonl, ingested_run, load_jsonl
 from db.queries import (
     list_runs,
     resolve_run,
@@ -28,7 +28,6 @@ from db.queries import (
     show_run,
     test_history,
 )
-from db.regressions import analyse
 from farm.cli.app import app
 from farm.errors import EXIT_FLAGGED, EXIT_OK, EXIT_USAGE, FarmError
 
@@ -215,6 +214,8 @@ def export_cmd(
     db: DbOpt = None,
 ) -> None:
     """Write one run as JUnit XML, JSON or CSV."""
+    from db.export import export_run
+
     with open_history(db, write=False) as h:
         text = export_run(h, resolve_run(h, run), fmt)
     if output is None:
@@ -235,6 +236,8 @@ def regressions_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Flag what regressed in a run; exit 1 when anything did, 0 when nothing did."""
+    from db.regressions import analyse
+
     with open_history(db, write=False) as h:
         report = analyse(h, resolve_run(h, run), against)
     if as_json:
@@ -319,6 +322,8 @@ def ingest_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Record a results file from a device outside the cluster as a run."""
+    from db.ingest import events_digest, ingest_jsonl, ingested_run, load_jsonl
+
     events = load_jsonl(path)  # a bad file is refused before the history is opened
     with open_history(db) as h:
         before = ingested_run(h, events_digest(events))
