@@ -84,6 +84,7 @@ def test_launch_builds_and_traces_once_per_shape_and_casts_nothing(standin, monk
     (lx,) = cuda._LAUNCHERS.values()
     assert (standin["factory"], standin["kernel"], lx.traces) == (1, 1, 1)
     assert spy.calls == 0, "astype called per launch"
+    assert [len(v) for v in qw.kernel_memo.values()] == [1]  # found, not re-made, per call
     assert mx.array_equal(y, y0).item()  # the replay computes what the traced call did
 
 
@@ -108,6 +109,8 @@ def test_scales_in_another_dtype_are_converted_once_per_weights(standin, monkeyp
     for _ in range(20):
         y = cuda.launch("mma_weights_a", x, qw, PARAMS)
     assert spy.calls == after_first
+    ((_, _, _, scales, biases),) = qw.kernel_memo[("mma_weights_a", x.shape, x.dtype)]
+    assert scales.dtype == biases.dtype == mx.float16  # what the source reads
     assert qw.in_dtype(mx.float16) is qw.in_dtype(mx.float16)
     assert qw.in_dtype(mx.float16).scales.dtype == mx.float16
     assert qw.in_dtype(mx.bfloat16) is qw

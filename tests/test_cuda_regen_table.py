@@ -56,9 +56,10 @@ def _files(tmp_path):
                "table_rows": [
                    _row("gate_up", "bfloat16", 8, "mma_weights_a", WA,
                         [44.0, 43.5, 44.5, 44.1], [26.0, 25.5, 26.8, 26.1]),
-                   # faster by 1.1 us, but the batches spread over 2.5 us: noise
+                   # faster by 1.9 us, but stock's batches spread over 2.5 us: noise
+                   # (custom's spread, 1.5 us, alone would not cover it)
                    _row("attn_kv", "bfloat16", 4, "mma_weights_a", KV,
-                        [20.0, 19.0, 21.5, 20.2], [19.0, 18.5, 20.0, 19.1]),
+                        [20.0, 19.0, 21.5, 20.2], [18.2, 17.7, 19.2, 18.3]),
                    # draft_kv float32 is not measured at all
                    _row("down", "float16", 8, "mma_weights_a", WA,
                         [39.0, 38.8, 39.4, 39.1], [24.0, 23.9, 24.6, 24.2]),
@@ -93,7 +94,7 @@ def test_regen_keeps_what_beats_stock_beyond_the_noise_and_drops_the_rest(tmp_pa
     noisy = by[("attn_kv", "bfloat16", 4)]
     assert (noisy["variant"], noisy["params"]) == ("stock", {})
     assert noisy["candidate"] == {"variant": "mma_weights_a", "params": KV}
-    assert "margin 1.1 us is not above the noise 2.5 us" in noisy["reason"]
+    assert "margin 1.9 us is not above the noise 2.5 us" in noisy["reason"]
 
     unmeasured = by[("draft_kv", "float32", 8)]
     assert unmeasured["variant"] == "stock" and "not measured cold" in unmeasured["reason"]
