@@ -163,6 +163,8 @@ def test_every_sm90_table_kernel_compiles_for_sm90_without_spills():
     for e in table["entries"]:
         if "sm_90" not in e["devices"]:
             continue
+        if e["variant"] == "stock":  # dropped by the measurements: its candidate is re-measured
+            e = {**e, **e["candidate"]}
         (shape,), (dtype,) = e["shapes"], e["dtypes"]
         k, n = shapes[shape]
         cfg = cuda.launch_config(e["variant"], e["M"], k, n, 64, dtype, e["params"])

@@ -122,3 +122,10 @@ def test_regen_refuses_results_without_table_rows(tmp_path):
     r = _run("--table", tp, "--results", rp)
     assert r.returncode == 2 and "--table-rows" in r.stderr and "Traceback" not in r.stderr
     assert tp.read_text() == before
+
+
+def test_the_committed_sm90_table_is_what_the_committed_h200_results_say():
+    """The shipped table is regenerated from the committed cold run, not edited by hand: a
+    hand-tuned entry (or a new run not applied) fails here."""
+    out = _run("--check")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
