@@ -154,6 +154,17 @@ def test_a_twin_whose_interpreter_dies_runs_the_test_it_held_next():
     assert evs[-1]["status"] == "completed" and evs[-1]["restarts"] == 1
 
 
+def test_a_twin_keeps_module_fixtures_up_between_the_tests_it_pulls(tmp_path):
+    """Each pulled test's teardown knows the next one (the test held ahead), so a module's
+    fixture is set up once for the tests of that module a twin runs in a row."""
+    setups = tmp_path / "setups"
+    ws = WorkSteal(["me"])
+    evs = _twin_events(f"{FIX}/suite_module_fixture.py", LocalQueue(ws, "me"),
+                       env={"FARM_FIXTURE_SETUPS": str(setups)})
+    assert list(_outcomes(evs).values()) == ["passed"] * 4
+    assert setups.read_text().splitlines() == ["setup"]
+
+
 def test_a_pulled_test_the_twin_did_not_collect_is_reported_not_lost():
     ws = WorkSteal(["other", "me"])
     ws.register("other", [f"{FIX}/suite_basic.py::test_one", f"{FIX}/suite_basic.py::gone"])
