@@ -8,10 +8,13 @@ file in a temporary directory, and grows it through the real library API the far
 ``--sizes``. At each size it times
 
 * ingestion (results/s over the segment just grown; event generation is outside the timer),
+  and beside it, in turns at that size, the library against plain sqlite3 executemany of the
+  same row tuples (same schema, pragmas and transactions per job): what SQLAlchemy and the
+  library's own calls cost over the driver,
 * the library calls behind the commands (`db.queries.show_run`, `db.queries.test_history`,
   `db.regressions.find_regressions`), median of ``--repeat`` on a read-only History,
 * the real CLI (`farm show latest`, `farm history TEST`, `farm regressions latest`, each with
-  ``--db``) once, wall time including interpreter start,
+  ``--db``), median of 3, wall time including interpreter start, and the child's CPU time,
 
 and checks the query plan (EXPLAIN QUERY PLAN) of every SQL statement those calls issue,
 captured with a SQLAlchemy ``before_cursor_execute`` listener: a SCAN of a large table without
@@ -35,6 +38,7 @@ import platform
 import pstats
 import random
 import re
+import resource
 import shutil
 import sqlite3
 import statistics
@@ -60,6 +64,7 @@ FARM = Path(sys.executable).with_name("farm")
 
 TARGET_INGEST = 50_000.0  # results/s
 TARGET_REGRESSIONS_S = 0.5  # at 1M results
+TARGET_HISTORY_S = 0.1  # `farm history TEST` at 1M results
 LARGE_TABLE_ROWS = 10_000  # a full scan of a table at least this big is a finding
 
 # -- the synthetic fleet and suite ------------------------------------------------------------
@@ -249,6 +254,7 @@ class Ingest:
     seconds: float = 0.0  # inside the library calls only (wall)
     cpu_seconds: float = 0.0  # ... and this process's CPU time there
     gen_seconds: float = 0.0
+    events_seconds: float = 0.0  # inside `ingest_events` only (wall): the rows' own cost
 
 
 def ingest_run(h, run: int, st: Ingest, batch: int) -> str:
@@ -263,8 +269,10 @@ def ingest_run(h, run: int, st: Ingest, batch: int) -> str:
     failed = False
     for dev, host, evs in per_device:
         job = h.add_job(run_id, dev, host, evs[0]["os"], f"node-{host}")
+        e0 = time.perf_counter()
         for k in range(0, len(evs), batch):
             h.ingest_events(job, evs[k:k + batch])
+        st.events_seconds += time.perf_counter() - e0
         bad = any(e.get("expectation", {}).get("category") == "unexpected_fail" for e in evs)
         failed |= bad
         h.finish_job(job, "failed" if bad else "passed")
@@ -368,12 +376,20 @@ def timed(fn, repeat: int) -> dict:
             "samples_s": xs}
 
 
-def cli(args: list[str]) -> dict:
-    t0 = time.perf_counter()
-    p = subprocess.run([str(FARM), *args], capture_output=True, text=True, cwd=ROOT,
-                       check=False)
-    wall = time.perf_counter() - t0
-    return {"wall_s": wall, "rc": p.returncode, "stdout_lines": p.stdout.count("\n"),
+def cli(args: list[str], repeat: int = 3) -> dict:
+    """The installed `farm` command, ``repeat`` times: median wall (interpreter start included)
+    and the child's CPU time (user + system), which a loaded machine inflates less."""
+    walls, cpus = [], []
+    for _ in range(repeat):
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        p = subprocess.run([str(FARM), *args], capture_output=True, text=True, cwd=ROOT,
+                           check=False)
+        walls.append(time.perf_counter() - t0)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
+    return {"wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus),
+            "walls_s": walls, "rc": p.returncode, "stdout_lines": p.stdout.count("\n"),
             "stderr": p.stderr.strip().splitlines()[-1:] if p.returncode not in (0, 1) else []}
 
 
@@ -468,27 +484,80 @@ def profile_ingest(h, first_run: int, n_runs: int, batch: int) -> str:
 
 
 def _raw_insert(con: sqlite3.Connection, job_id: int, evs: list[dict]) -> int:
-    """The rows `ingest_events` writes, by plain sqlite3 executemany in one transaction."""
-    from db.events import result_rows
+    """What `ingest_events` writes, by plain sqlite3: the same row tuples
+    (`db.events.batch_rows`, built inside the timer as the library builds them), one
+    executemany per table, children's result_id as the first id plus the batch index, one
+    transaction with the heartbeat."""
+    from db.events import CHILD_COLUMNS, RESULT_COLUMNS, batch_rows
 
-    rows = [r for e in evs if e.get("type") == "result" if (r := result_rows(job_id, e))]
+    rows = batch_rows(job_id, evs)
     con.execute("BEGIN IMMEDIATE")
-    first = (con.execute("SELECT max(id) FROM results").fetchone()[0] or 0) + 1
-    res, kids = [], {"measurements": [], "selections": [], "fingerprints": []}
-    for k, r in enumerate(rows):
-        res.append({**r.result, "id": first + k})
-        for name, rows_of in kids.items():
-            rows_of.extend({**x, "result_id": first + k} for x in getattr(r, name))
-    for table, rs in (("results", res), *kids.items()):
-        if rs:
-            cols = list(rs[0])
-            names = ", ".join('"' + c + '"' for c in cols)
-            marks = ", ".join(":" + c for c in cols)
-            con.executemany(f"INSERT INTO {table} ({names}) VALUES ({marks})", rs)
     con.execute("UPDATE runs SET heartbeat = ? WHERE id = (SELECT run_id FROM jobs WHERE id = ?)",
                 (time.time(), job_id))
+    first = (con.execute("SELECT max(id) FROM results").fetchone()[0] or 0) + 1
+    names = ", ".join(f'"{c}"' for c in RESULT_COLUMNS)
+    con.executemany(f"INSERT INTO results (id, {names}) VALUES "
+                    f"({', '.join('?' * (len(RESULT_COLUMNS) + 1))})",
+                    [(i, *r) for i, r in enumerate(rows.results, first)])
+    for table, cols in CHILD_COLUMNS.items():
+        if kids := getattr(rows, table):
+            names = ", ".join(f'"{c}"' for c in cols)
+            con.executemany(f"INSERT INTO {table} (result_id, {names}) VALUES "
+                            f"(? + {first}, {', '.join('?' * len(cols))})", kids)
     con.execute("COMMIT")
-    return len(rows)
+    return len(rows.results)
+
+
+def raw_runs(db_path: Path, first_run: int, n_runs: int) -> Ingest:
+    """``n_runs`` runs into ``db_path`` by plain sqlite3 (`_raw_insert`, one transaction per
+    job), the runs and jobs made beforehand through the library, outside the timer; the same
+    pragmas as the library's writer (WAL, synchronous NORMAL, foreign keys)."""
+    st = Ingest()
+    plan = []
+    with open_history(str(db_path)) as h:
+        for r in range(first_run, first_run + n_runs):
+            run_id = h.start_run("all", "raw", None, started=T0 + r * RUN_EVERY_S)
+            for dev, host, evs in run_events(r):
+                plan.append((h.add_job(run_id, dev, host, evs[0]["os"], None), evs))
+                st.child_rows += sum(len(e["measurements"]) + len(e["selections"])
+                                     + len(e["fingerprints"]) for e in evs[1:-1])
+    con = sqlite3.connect(db_path, isolation_level=None)
+    for pragma in ("journal_mode = WAL", "synchronous = NORMAL", "foreign_keys = ON"):
+        con.execute("PRAGMA " + pragma)
+    t0, c0 = time.perf_counter(), time.process_time()
+    for job_id, evs in plan:
+        st.results += _raw_insert(con, job_id, evs)
+    st.seconds, st.cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+    st.events_seconds = st.seconds
+    con.close()
+    st.runs = n_runs
+    return st
+
+
+def beside(db_path: Path, first_run: int, rounds: int, per: int, batch: int) -> dict:
+    """The library and plain sqlite3 in turns (``rounds`` x ``per`` runs each) into the grown
+    database, so both meet the same size and the same load: the rates to compare."""
+    lib, raw = Ingest(), Ingest()
+    run = first_run
+    for _ in range(rounds):
+        with open_history(str(db_path)) as h:
+            for _ in range(per):
+                ingest_run(h, run, lib, batch)
+                run += 1
+        r = raw_runs(db_path, run, per)
+        run += per
+        for k in ("runs", "results", "child_rows", "seconds", "cpu_seconds", "events_seconds"):
+            setattr(raw, k, getattr(raw, k) + getattr(r, k))
+    return {"runs": run - first_run,
+            "library": _rates(lib), "raw_sqlite3": _rates(raw),
+            "library_over_raw": (lib.results / lib.seconds) / (raw.results / raw.seconds)}
+
+
+def _rates(st: Ingest) -> dict:
+    return {"results": st.results, "seconds": st.seconds,
+            "results_per_s": st.results / st.seconds,
+            "cpu_results_per_s": st.results / st.cpu_seconds,
+            "ingest_events_results_per_s": st.results / st.events_seconds}
 
 
 def small_db_comparison(tmp: Path, batches: list[int], runs: int) -> dict:
@@ -508,21 +577,8 @@ def small_db_comparison(tmp: Path, batches: list[int], runs: int) -> dict:
         for q in tmp.glob(path.name + "*"):
             q.unlink()
     path = tmp / "raw.db"
-    with open_history(str(path)) as h:  # the schema, and the jobs the rows belong to
-        plan = []
-        for r in range(runs):
-            run_id = h.start_run("all", "x", None, started=T0 + (10_000 + r) * RUN_EVERY_S)
-            for dev, host, evs in run_events(10_000 + r):
-                plan.append((h.add_job(run_id, dev, host, evs[0]["os"], None), evs))
-    con = sqlite3.connect(path, isolation_level=None)
-    con.execute("PRAGMA journal_mode = WAL")
-    con.execute("PRAGMA synchronous = NORMAL")
-    con.execute("PRAGMA foreign_keys = ON")
-    n, t0, c0 = 0, time.perf_counter(), time.process_time()
-    for job_id, evs in plan:
-        n += _raw_insert(con, job_id, evs)
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    con.close()
+    st = raw_runs(path, 10_000, runs)
+    n, wall, cpu = st.results, st.seconds, st.cpu_seconds
     out["raw sqlite3 executemany, one tx per job"] = {
         "results": n, "seconds": wall, "results_per_s": n / wall, "cpu_results_per_s": n / cpu}
     for q in tmp.glob(path.name + "*"):
@@ -539,18 +595,21 @@ def _ms(s: float) -> str:
 
 def render(doc: dict) -> tuple[str, str]:
     """(console text, markdown) of the results."""
-    hdr = ["results", "runs", "db MiB", "ingest res/s", "(CPU-time res/s)", "show", "history",
-           "history(node)", "regressions", "CLI show", "CLI history", "CLI regressions"]
+    hdr = ["results", "runs", "db MiB", "ingest res/s", "(CPU-time res/s)",
+           "beside: library", "beside: raw sqlite3", "show", "history", "history(node)",
+           "regressions", "CLI show", "CLI history", "CLI regressions"]
     rows = []
     for s in doc["sizes"]:
-        lib, c = s["library"], s.get("cli", {})
+        lib, c, b = s["library"], s.get("cli", {}), s.get("beside")
         rows.append([f"{s['results']:,}", f"{s['runs']:,}", f"{s['db_bytes'] / 2**20:.0f}",
                      f"{s['ingest']['results_per_s']:,.0f}",
                      f"{s['ingest']['cpu_results_per_s']:,.0f}",
+                     f"{b['library']['results_per_s']:,.0f}" if b else "-",
+                     f"{b['raw_sqlite3']['results_per_s']:,.0f}" if b else "-",
                      *(_ms(lib[k]["median_s"]) for k in
                        ("show", "history", "history_node", "regressions")),
-                     *(f"{c[k]['wall_s']:.2f} s" if k in c else "-" for k in
-                       ("show", "history", "regressions"))])
+                     *(f"{c[k]['wall_s']:.2f} s ({c[k].get('cpu_s', 0):.2f} CPU)" if k in c
+                       else "-" for k in ("show", "history", "regressions"))])
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(hdr)]
     line = lambda cells: "  ".join(x.rjust(w) for x, w in zip(cells, widths))
     text = [line(hdr), line(["-" * w for w in widths]), *map(line, rows)]
@@ -565,8 +624,26 @@ def verdicts(doc: dict) -> list[str]:
         rate = s["ingest"]["results_per_s"]
         out.append(f"ingestion up to {s['results']:,} results: {rate:,.0f} results/s "
                    f"({'meets' if rate >= TARGET_INGEST else 'MISSES'} >= {TARGET_INGEST:,.0f})")
+        if b := s.get("beside"):
+            out.append(f"  beside it, in turns at that size: library "
+                       f"{b['library']['results_per_s']:,.0f} results/s (ingest_events alone "
+                       f"{b['library']['ingest_events_results_per_s']:,.0f}/s), plain sqlite3 "
+                       f"executemany of the same rows {b['raw_sqlite3']['results_per_s']:,.0f}"
+                       f"/s (CPU time: {b['library']['cpu_results_per_s']:,.0f} vs "
+                       f"{b['raw_sqlite3']['cpu_results_per_s']:,.0f}/s)")
     big = [s for s in doc["sizes"] if s["results"] >= 1_000_000]
     if big:
+        hist = big[-1]["library"]["history"]["median_s"]
+        out.append(f"farm history (library call) at {big[-1]['results']:,} results: "
+                   f"{hist * 1e3:.1f} ms ({'meets' if hist <= TARGET_HISTORY_S else 'MISSES'} "
+                   f"<= {TARGET_HISTORY_S * 1e3:.0f} ms)")
+        if c := big[-1].get("cli", {}).get("history"):
+            out.append(f"farm history (CLI, wall incl. interpreter start, median of 3) at "
+                       f"{big[-1]['results']:,} results: {c['wall_s'] * 1e3:.0f} ms, "
+                       f"{c['cpu_s'] * 1e3:.0f} ms CPU "
+                       f"({'meets' if c['wall_s'] <= TARGET_HISTORY_S else 'MISSES'} "
+                       f"<= {TARGET_HISTORY_S * 1e3:.0f} ms; `farm --help` alone: "
+                       f"{big[-1]['cli_startup']['wall_s'] * 1e3:.0f} ms)")
         r = big[-1]["library"]["regressions"]["median_s"]
         out.append(f"regressions at {big[-1]['results']:,} results: {r:.3f} s "
                    f"({'meets' if r <= TARGET_REGRESSIONS_S else 'MISSES'} <= "
@@ -598,6 +675,9 @@ def main() -> None:
                     help="results per ingest_events call at most (db.ingest.BATCH is 500; a "
                          "job of this suite has 177)")
     ap.add_argument("--no-cli", action="store_true", help="skip the CLI subprocess timings")
+    ap.add_argument("--beside-rounds", type=int, default=3,
+                    help="at each size, this many turns of one run by the library and one by "
+                         "plain sqlite3 (0 = skip; their results count towards the size)")
     ap.add_argument("--profile", action="store_true",
                     help="cProfile ingestion and the queries at the largest size")
     ap.add_argument("--compare-batches", default="1,10,100,500",
@@ -629,8 +709,8 @@ def main() -> None:
     print(f"history benchmark: {len(DEVICES)} devices x {len(CASES)} tests = "
           f"{RESULTS_PER_RUN} results per run; db {db_path}", flush=True)
     try:
-        total = Ingest()
-        run = 0
+        total = Ingest()  # the growth segments (the library, timed)
+        run = in_db = 0  # run numbers used; results in the database (beside runs included)
         # The writer is closed while the commands are measured: opening a second History in
         # a process that holds a connection to the file drops that connection's POSIX locks
         # (db.history._prepare_file reads the header with open()/close()), and the next CLI
@@ -639,13 +719,14 @@ def main() -> None:
             seg = Ingest()
             load0 = os.getloadavg()[0]
             with open_history(str(db_path)) as h:
-                while total.results + seg.results < size:
+                while in_db + seg.results < size:
                     ingest_run(h, run, seg, a.batch)
                     run += 1
             for k in ("runs", "results", "child_rows", "seconds", "cpu_seconds",
                       "gen_seconds"):
                 setattr(total, k, getattr(total, k) + getattr(seg, k))
-            entry = {"size": size, "results": total.results, "runs": total.runs,
+            in_db += seg.results
+            entry = {"size": size, "results": in_db, "runs": run,
                      "ingest": {"segment_results": seg.results,
                                 "segment_child_rows": seg.child_rows,
                                 "segment_seconds": seg.seconds,
@@ -655,10 +736,21 @@ def main() -> None:
                                 "cumulative_results_per_s": total.results / total.seconds,
                                 "generation_seconds_untimed": seg.gen_seconds,
                                 "load_avg_1m": [load0, os.getloadavg()[0]]}}
-            print(f"  {total.results:,} results ({total.runs} runs): ingest "
+            entry["ingest"]["ingest_events_results_per_s"] = seg.results / seg.events_seconds
+            print(f"  {in_db:,} results ({run} runs): ingest "
                   f"{entry['ingest']['results_per_s']:,.0f} results/s "
                   f"({entry['ingest']['cpu_results_per_s']:,.0f}/s of CPU time); "
-                  f"measuring...", flush=True)
+                  f"beside raw sqlite3...", flush=True)
+            if a.beside_rounds:
+                b = beside(db_path, run, a.beside_rounds, 1, a.batch)
+                run += b["runs"]
+                in_db += b["library"]["results"] + b["raw_sqlite3"]["results"]
+                entry["beside"] = b
+                entry["results"], entry["runs"] = in_db, run
+                print(f"    library {b['library']['results_per_s']:,.0f}/s "
+                      f"(ingest_events {b['library']['ingest_events_results_per_s']:,.0f}/s), "
+                      f"raw sqlite3 {b['raw_sqlite3']['results_per_s']:,.0f}/s; measuring...",
+                      flush=True)
             last = size == sizes[-1]
             entry.update(measure_size(db_path, a.repeat, not a.no_cli, a.profile and last))
             entry["indexes"] = schema_indexes(db_path)
@@ -706,7 +798,8 @@ def main() -> None:
 
 def markdown(doc: dict, table: str) -> str:
     sh, mach = doc["shape"], doc["machine"]
-    startup = ", ".join(f"{s['cli_startup']['wall_s']:.2f} s" for s in doc["sizes"]
+    startup = ", ".join(f"{s['cli_startup']['wall_s']:.2f} s "
+                        f"({s['cli_startup']['cpu_s']:.2f} CPU)" for s in doc["sizes"]
                         if "cli_startup" in s) or "-"
     lines = [
         "# History benchmark",
@@ -722,9 +815,13 @@ def markdown(doc: dict, table: str) -> str:
         f"baseline (first run). Ingested through `History.start_run/add_job/ingest_events/"
         f"finish_job/finish_run`, one `ingest_events` per job (<= {sh['batch']} results). "
         f"Ingestion rate: results of each growth segment / wall time inside the library calls "
-        f"(CPU-time rate beside it). Library latency: median of 5 on a read-only History. "
-        f"CLI: one `farm ... --db` subprocess, wall time including interpreter start (`farm "
-        f"--help` alone: {startup}). "
+        f"(CPU-time rate beside it). Beside: at each size, in turns, one run through the "
+        f"library and one by plain sqlite3 (`executemany` of the same row tuples, "
+        f"`db.events.batch_rows`, built inside the timer; same schema and pragmas; one "
+        f"transaction per job), 3 turns each, so both meet the same size and load. Library "
+        f"latency: median of 5 on a read-only History. CLI: the installed `farm ... --db`, "
+        f"median of 3, wall time including interpreter start, and the child's CPU time "
+        f"(`farm --help` alone: {startup}). "
         f"`history`: `{sh['history_test']}` (every param); `history(node)`: "
         f"`{sh['history_node']}`; `show` and `regressions`: the latest run."),
         "",
