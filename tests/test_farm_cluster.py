@@ -71,10 +71,10 @@ def test_a_test_that_aborts_is_crashed_and_the_rest_still_run(farm_cluster: Farm
 
 
 def test_a_hanging_test_times_out_and_the_rest_still_run(farm_cluster: FarmCluster, tmp_path):
-    t0 = time.monotonic()
+    # the hanging test sleeps far past run_json's subprocess timeout: only the farm's own
+    # timeout lets this run end at all (no wall-clock assertion on a shared machine)
     code, run = farm_cluster.run_json("--suite", f"{FIX}/suite_hang.py", "--devices", "g13s",
                                       "--test-timeout", "1", "--db", str(tmp_path / "h.db"))
-    assert time.monotonic() - t0 < 60
     assert code == 1, said(run)
     res = _results(run["jobs"][0])
     assert res["test_hangs"]["outcome"] == "timeout"
@@ -83,12 +83,13 @@ def test_a_hanging_test_times_out_and_the_rest_still_run(farm_cluster: FarmClust
 
 def test_a_selector_with_no_device_fails_fast_listing_the_live_ones(farm_cluster: FarmCluster,
                                                                     tmp_path):
-    t0 = time.monotonic()
+    db = tmp_path / "h.db"
     out = farm_cluster.farm("run", "--address", farm_cluster.address, "--suite",
-                            f"{FIX}/suite_basic.py", "--devices", "g13s,g16",
-                            "--db", str(tmp_path / "h.db"))
-    assert time.monotonic() - t0 < 10
+                            f"{FIX}/suite_basic.py", "--devices", "g13s,g16", "--db", str(db))
     assert out.returncode == 3
+    # fast = refused before any run, health check or job: nothing was recorded
+    with sqlite3.connect(db) as c:
+        assert c.execute("select count(*) from runs").fetchone()[0] == 0
     err = out.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: no live device matches 'g16'")
     for arch in ARCHES:
@@ -165,10 +166,8 @@ def test_a_node_dying_mid_job_moves_the_rest_to_another_same_arch_device(
 def test_a_node_dying_with_no_same_arch_device_left_is_lost_keeping_its_results(
         farm_cluster: FarmCluster, victim, tmp_path):
     victim("applegpu_g16g")
-    t0 = time.monotonic()
     code, run = farm_cluster.run_json("--suite", f"{FIX}/suite_slow_kill.py", "--devices",
                                       "g16", "--db", str(tmp_path / "h.db"))
-    assert time.monotonic() - t0 < 90
     assert code == 3, said(run)
     (job,) = run["jobs"]
     assert job["status"] == "lost" and "no other live applegpu_g16g" in job["error"]
