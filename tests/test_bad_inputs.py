@@ -23,7 +23,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -244,17 +243,14 @@ def test_bad_input_is_one_line_its_exit_code_and_no_history_change(place, argv, 
     full_env = {k: v for k, v in os.environ.items()
                 if k not in ("RAY_ADDRESS", "FARM_DB", "DFLASH2_DEVICE_ARCH")}
     full_env.update(env)
-    t0 = time.monotonic()
     p = subprocess.run(argv, cwd=REPO, env=full_env, capture_output=True, text=True,
                        timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, check=False)
-    seconds = time.monotonic() - t0
     lines = p.stderr.strip().splitlines()
     assert p.returncode == code, (argv, p.returncode, p.stdout[-2000:], p.stderr[-2000:])
     assert len(lines) == 1, (argv, p.stderr)
     assert lines[0].startswith(prefix) and text in lines[0], (argv, lines[0])
     assert "Traceback" not in p.stdout + p.stderr
     assert "embedded fleet" not in p.stdout + p.stderr  # failed before starting any Ray
-    assert seconds < 30, f"{argv} took {seconds:.1f}s: validation should be instant"
     assert snapshot(d) == before, "a bad input changed or created a history file"
     assert counts(place["good"]) == rows
     assert not Path(place["fresh"]).exists(), "a bad input created a history"

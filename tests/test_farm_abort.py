@@ -62,10 +62,8 @@ def test_sigterm_after_the_first_result_aborts_the_run_and_stops_the_fleet(tmp_p
         assert proc.poll() is None, proc.communicate()[1]
         fleet = len(seen.add())  # the driver and every process of its fleet
         foreign = _off_loopback(mark)
-        t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
-        took = time.monotonic() - t0
         left = seen.left_behind()
     finally:
         proc.kill()
@@ -75,7 +73,6 @@ def test_sigterm_after_the_first_result_aborts_the_run_and_stops_the_fleet(tmp_p
     last = err.strip().splitlines()[-1]
     assert last.startswith("run ") and ": aborted (SIGTERM) after " in last, err
     assert out == ""
-    assert took < 30, took
     assert fleet >= 8, fleet  # GCS, raylets, agents, workers... were there to stop
     assert foreign == [], foreign  # the fleet and its driver talk over loopback only
     assert left == [], left
