@@ -19,12 +19,23 @@ Modes, each timed as wall clock from process start to process end (median of --r
 5. ``farm-cluster``  the same with ``--address`` against a loopback cluster (``farm head`` plus
                    three ``farm agent --emulate`` nodes, token auth, own port block, started as
                    tests/ray_cluster.py does); the cluster's start and stop are timed apart.
+6. ``farm-warm``   the same with no address while a warm fleet is up (``farm fleet up
+                   --devices ...`` once, in a state directory of the bench's own, so no other
+                   `farm run` on the host attaches to it): every run attaches; the fleet's up
+                   and down are timed apart. ``farm-embedded`` runs with an empty state
+                   directory of its own: it never attaches to a warm fleet.
 
 Derived figures (see the report): ratio of farm wall to the slowest single device; fixed cost
 (farm wall minus the slowest single device); per-test overhead (the farm's pytest sessions
 against plain pytest sessions under the same concurrency, per test); and, from one instrumented
 `farm run` per farm mode (farm.cli.app.main in a subprocess with its phases wrapped in timers), where
 the time goes.
+
+Start-up figures (the "Start-up" section): for each farm mode, fixed cost = its wall minus plain
+pytest of the same suite on the slowest single device (from ``sequential``), the ratio of the two,
+and the time from the process start to the first test's result (the device's own clock), all
+from the same run of this script. ``--modes`` runs a subset (e.g. ``plain,sequential,
+farm-embedded,farm-warm`` for the start-up figures alone).
 
 Never run as a unit test: ``python bench/bench_orchestration.py [--suite m8-parity] [--reps 3]``.
 Writes bench/results/orchestration.json and bench/results/orchestration.md.
@@ -80,6 +91,9 @@ FARM = [PY, "-c", "from farm.cli.app import main; main()"]
 CLUSTER_BASE_PORT = 16000  # head 16000.., agents +300 each; below the ephemeral range, clear
 #                            of tests/ray_cluster.py's blocks (20000 + 2000 per xdist worker)
 TARGET_RATIO, TARGET_FIXED_S, TARGET_PER_TEST_MS = 1.2, 6.0, 2.0
+TARGET_FIRST_TEST_S, TARGET_WARM_FIXED_S = 6.0, 2.0  # embedded: first test; warm: fixed cost
+MODES = ("plain", "sequential", "concurrent", "xdist", "device-job", "farm-embedded",
+         "farm-cluster", "farm-warm")
 _SUMMARY = re.compile(r"(\d+) passed.* in ([\d.]+)s")
 
 
@@ -90,7 +104,8 @@ def load() -> list[float]:
 def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE", _XDIST_ENV,
-                        "DFLASH2_DEVICE_ARCH", "PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS")}
+                        "DFLASH2_DEVICE_ARCH", "PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS",
+                        "FARM_STATE_DIR")}
     env.update(extra)
     return env
 
@@ -197,15 +212,17 @@ def check_farm(out: subprocess.CompletedProcess, what: str) -> dict:
 
 
 def mode_farm(suite_name: str, env: dict[str, str], address: str | None,
-              probe: Path | None = None) -> dict:
+              probe: Path | None = None, db: Path | None = None, what: str = "") -> dict:
+    """One `farm run`; ``db``: a history kept across runs (a user's second run has one), else a
+    new one for this run."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-farm-"))
     try:
-        cmd = farm_cmd(suite_name, tmp / "h.db", address)
+        cmd = farm_cmd(suite_name, db or tmp / "h.db", address)
         if probe is not None:  # the same farm.cli.app.main, with its phases timed
             cmd = [PY, str(Path(__file__).resolve()), "--_probe", str(probe), "--", *cmd[3:]]
             env = {**env, "BENCH_T0": repr(time.time())}
         wall, out = timed(cmd, env)
-        run = check_farm(out, f"farm run ({'cluster' if address else 'embedded'})")
+        run = check_farm(out, f"farm run ({what or ('cluster' if address else 'embedded')})")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return {"wall": wall, "driver_seconds": run["seconds"], "rc": out.returncode,
@@ -231,7 +248,7 @@ def _probe_main(out_path: str, argv: list[str]) -> None:
     atexit.register(dump)
     import db
     import farm.cli.app
-    from farm.fleet import cluster, embedded, health, shipping
+    from farm.fleet import cluster, embedded, health, shipping, warm
     from farm.runner import driver as frun
     mark("imports")
 
@@ -267,7 +284,7 @@ def _probe_main(out_path: str, argv: list[str]) -> None:
         setattr(mod, name, inner)
 
     for mod, name in ((db, "open_history"), (shipping, "revision"), (cluster, "connect"),
-                      (cluster, "disconnect"), (health, "check_devices")):
+                      (cluster, "disconnect"), (health, "check_devices"), (warm, "attach")):
         wrap(mod, name)
     wrap_cm(shipping, "staged_tree")
     wrap_cm(embedded, "embedded_fleet")
@@ -339,8 +356,18 @@ def profile_phases(probe: dict, wall: float) -> dict:
     crit = max(jobs, key=lambda j: last(j, "farm_job_end", "received"))
     fleet_start = (m.get("embedded_fleet:entered", m["connect:start"])
                    - m.get("embedded_fleet:enter", m["connect:start"]))
-    h_start = max((h["task_started"] for h in probe.get("health") or [] if h.get("task_started")),
-                  default=m["check_devices:start"])
+    # The embedded fleet connects the driver as soon as its head is up (inside the fleet's
+    # start): that part of the start is counted as ray.init, once.
+    connect_s = m["connect:end"] - m["connect:start"]
+    inside = m.get("embedded_fleet:enter", m["connect:end"]) <= m["connect:start"] <= m.get(
+        "embedded_fleet:entered", m["connect:start"])
+    fleet_start -= connect_s if inside else 0.0
+    ready = max(m["connect:end"], m.get("embedded_fleet:entered", m["connect:end"]))
+    # An embedded fleet's checks ran beside its start (started before check_devices was called):
+    # what is left of them is the wait inside check_devices.
+    h_start = max(max((h["task_started"] for h in probe.get("health") or []
+                       if h.get("task_started")), default=m["check_devices:start"]),
+                  m["check_devices:start"])
     staged_in = m["staged_tree:entered"] - m["staged_tree:enter"]
     teardown_end = m.get("staged_tree:exited", m["atexit"])
     phases = {
@@ -348,9 +375,11 @@ def profile_phases(probe: dict, wall: float) -> dict:
         "open history (SQLite, migrations)": m["open_history:end"] - m["open_history:start"],
         "revision (hash of shipped files, git)": m["revision:end"] - m["revision:start"],
         "stage tree copy": staged_in,
-        "embedded Ray cluster start (head + 3 nodes)": fleet_start,
-        "ray.init + working_dir package/upload": m["connect:end"] - m["connect:start"],
-        "list devices, start run": m["check_devices:start"] - m["connect:end"],
+        "warm fleet: read state, check keeper and GCS": m.get("attach:end", 0)
+        - m.get("attach:start", 0),
+        "embedded Ray fleet start (3 nodes, the first the head; ray.init aside)": fleet_start,
+        "ray.init + working_dir package/upload": connect_s,
+        "list devices, start run": m["check_devices:start"] - ready,
         "health: task scheduled -> running on node (Ray worker start, working_dir)":
             h_start - m["check_devices:start"],
         "health: check subprocess (MLX import + golden QMM) and return":
@@ -368,7 +397,11 @@ def profile_phases(probe: dict, wall: float) -> dict:
     accounted = sum(phases.values())
     # what lies between the named phases (loop start after dispatch, printing the summary, ..)
     phases["other (between phases)"] = wall - accounted
+    results = [e["time"] for e in ev if e["type"] == "result" and e["time"]]
+    sessions = [e["time"] for e in ev if e["type"] == "session_start" and e["time"]]
     return {"phases": {k: round(v, 3) for k, v in phases.items()},
+            "first_test_s": round(min(results) - t0, 3) if results else None,
+            "first_session_s": round(min(sessions) - t0, 3) if sessions else None,
             "per_job": {str(j): {k: round(v, 3) for k, v in pj.items()}
                         for j, pj in per_job.items()},
             "health_seconds": probe.get("health"), "ingest_s": round(probe.get("ingest_s", 0), 3),
@@ -416,6 +449,40 @@ class Cluster:
         t0 = time.perf_counter()
         self.rc.stop_cluster(self.c)  # kills exactly our process groups; never `ray stop`
         return time.perf_counter() - t0
+
+
+class Warm:
+    """`farm fleet up` / `farm fleet down` with a state directory of the bench's own."""
+
+    def __init__(self, extra_env: dict[str, str]):
+        self.state = Path(tempfile.mkdtemp(prefix="bench-warm-"))
+        self.extra = extra_env
+        self.up_s = self.down_s = None
+        self.info: dict | None = None
+
+    def env(self) -> dict[str, str]:
+        return clean_env(**self.extra, FARM_STATE_DIR=str(self.state))
+
+    def start(self) -> None:
+        t0 = time.perf_counter()
+        _wall, out = timed([*FARM, "fleet", "up", "--devices", SELECTORS, "--json"], self.env())
+        if out.returncode != 0:
+            raise RuntimeError(f"farm fleet up: exit {out.returncode}: {out.stderr[-2000:]}")
+        self.up_s = time.perf_counter() - t0
+        self.info = json.loads(out.stdout)
+
+    def stop(self) -> float | None:
+        if self.info is None:
+            return None
+        t0 = time.perf_counter()
+        out = subprocess.run([*FARM, "fleet", "down"], cwd=REPO, env=self.env(),
+                             capture_output=True, text=True, timeout=120, check=False)
+        self.down_s = time.perf_counter() - t0
+        self.info = None
+        if out.returncode != 0:
+            print(f"  farm fleet down: exit {out.returncode}: {out.stderr[-500:]}", flush=True)
+        shutil.rmtree(self.state, ignore_errors=True)
+        return self.down_s
 
 
 # -- the report -------------------------------------------------------------------------------
@@ -471,23 +538,33 @@ def main() -> None:
     ap.add_argument("--suite", default="m8-parity", help="manifest suite (m8-parity, selection)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-cluster", action="store_true", help="skip the loopback-cluster mode")
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help=f"comma-separated subset of {','.join(MODES)} (plain and sequential "
+                         f"always run: they give the single-device references)")
     ap.add_argument("--out", default=str(OUT_DIR / "orchestration"),
                     help="output path without extension (.json and .md are written)")
     args = ap.parse_args()
+    modes = set(args.modes.split(",")) | {"plain", "sequential"}
+    if bad := modes - set(MODES):
+        ap.error(f"unknown mode(s) {sorted(bad)}: pick from {','.join(MODES)}")
+    if args.no_cluster:
+        modes.discard("farm-cluster")
     sys.path.insert(0, str(REPO))
     from suites.manifest import resolve_suite
 
     suite = resolve_suite(args.suite, REPO)
     workaround = addopts_workaround()
-    farm_env = clean_env(**workaround)
+    tmpd = Path(tempfile.mkdtemp(prefix="bench-probe-"))
+    # An empty state directory: the embedded mode never attaches to a warm fleet (the bench's,
+    # or one the user left up).
+    farm_env = clean_env(**workaround, FARM_STATE_DIR=str(tmpd / "no-warm-fleet"))
     started = datetime.datetime.now(datetime.UTC)
     loads = {"start": load()}
-    R: dict[str, list[dict]] = {k: [] for k in
-                                ("plain", "sequential", "concurrent", "xdist", "device-job",
-                                 "farm-embedded", "farm-cluster")}
-    probes: dict[str, list[dict]] = {"farm-embedded": [], "farm-cluster": []}
+    R: dict[str, list[dict]] = {k: [] for k in MODES}
+    probes: dict[str, list[dict]] = {"farm-embedded": [], "farm-cluster": [], "farm-warm": []}
     literal: dict[str, float] = {}
-    tmpd = Path(tempfile.mkdtemp(prefix="bench-probe-"))
+    # one history per farm mode, kept across its runs: a user's next run has one
+    dbs = {m: tmpd / f"{m}.db" for m in probes}
 
     def one(name: str, fn) -> dict:
         before = load()[0]
@@ -499,7 +576,8 @@ def main() -> None:
 
     def farm_probe(name: str, env: dict[str, str], address: str | None) -> dict:
         pfile = tmpd / f"{name}-{len(R[name])}.json"
-        r = one(name, lambda: mode_farm(suite.name, env, address, probe=pfile))
+        r = one(name, lambda: mode_farm(suite.name, env, address, probe=pfile, db=dbs[name],
+                                        what=name))
         probes[name].append({"wall": r["wall"], **profile_phases(json.loads(pfile.read_text()),
                                                                   r["wall"])})
         return r
@@ -509,15 +587,21 @@ def main() -> None:
     warm = mode_plain(suite, ARCHES[0])  # page cache / bytecode warm-up, not recorded
     print(f"  warm-up plain: {warm['wall']:.2f} s", flush=True)
     cl, cluster_info = None, None
+    wf, warm_info = None, None
     old = signal.getsignal(signal.SIGTERM)
     try:
-        if not args.no_cluster:
+        if "farm-cluster" in modes:
             cl = Cluster(workaround)
+        if "farm-warm" in modes:
+            wf = Warm(workaround)
 
-            def on_signal(signum, frame):
-                cl.stop()
-                sys.exit(130)
-            signal.signal(signal.SIGTERM, on_signal)
+        def on_signal(signum, frame):
+            for f in (cl, wf):
+                if f:
+                    f.stop()
+            sys.exit(130)
+        signal.signal(signal.SIGTERM, on_signal)
+        if cl:
             before = load()[0]
             cl.start()
             print(f"  cluster start: {cl.times['total']:.2f} s", flush=True)
@@ -528,41 +612,71 @@ def main() -> None:
             cluster_info = {"start_s": {k: round(v, 2) for k, v in cl.times.items()},
                             "load1_before_start": before,
                             "first_run_wall": round(first["wall"], 2)}
+        if wf:
+            before = load()[0]
+            wf.start()
+            print(f"  farm fleet up: {wf.up_s:.2f} s", flush=True)
+            # the first run on it, outside the medians, as for the cluster; its history is kept
+            first = mode_farm(suite.name, wf.env(), None, db=dbs["farm-warm"], what="warm")
+            print(f"  farm-warm first run (not in the median): {first['wall']:.2f} s",
+                  flush=True)
+            warm_info = {"up_s": round(wf.up_s, 2), "load1_before_up": before,
+                         "first_run_wall": round(first["wall"], 2),
+                         "devices": [d["arch"] for d in wf.info["devices"]]}
         for i in range(args.reps):  # round robin, so load drift spreads over every mode
             print(f" round {i + 1}", flush=True)
             one("plain", lambda: mode_plain(suite, ARCHES[0]))
             one("sequential", lambda: mode_sequential(suite))
-            one("concurrent", lambda: mode_concurrent(suite))
-            one("xdist", lambda: mode_xdist(suite))
-            one("device-job", lambda: mode_device_job(suite, ARCHES[0], workaround))
-            farm_probe("farm-embedded", farm_env, None)
+            if "concurrent" in modes:
+                one("concurrent", lambda: mode_concurrent(suite))
+            if "xdist" in modes:
+                one("xdist", lambda: mode_xdist(suite))
+            if "device-job" in modes:
+                one("device-job", lambda: mode_device_job(suite, ARCHES[0], workaround))
+            if "farm-embedded" in modes:
+                farm_probe("farm-embedded", farm_env, None)
             if cl:
                 farm_probe("farm-cluster", cl.env(), cl.c.address)
+            if wf:
+                farm_probe("farm-warm", wf.env(), None)
         # the literal CLI once per farm mode, to show the timers change nothing
-        literal["farm-embedded"] = round(mode_farm(suite.name, farm_env, None)["wall"], 2)
+        if "farm-embedded" in modes:
+            literal["farm-embedded"] = round(mode_farm(suite.name, farm_env, None,
+                                                       db=dbs["farm-embedded"])["wall"], 2)
         if cl:
-            literal["farm-cluster"] = round(mode_farm(suite.name, cl.env(), cl.c.address)["wall"], 2)
+            literal["farm-cluster"] = round(mode_farm(suite.name, cl.env(), cl.c.address,
+                                                      db=dbs["farm-cluster"])["wall"], 2)
+        if wf:
+            literal["farm-warm"] = round(mode_farm(suite.name, wf.env(), None,
+                                                   db=dbs["farm-warm"], what="warm")["wall"], 2)
         print(f"  literal `farm run` walls: {literal}", flush=True)
     finally:
-        shutil.rmtree(tmpd, ignore_errors=True)
         if cl:
             stop_s = cl.stop()
             if cluster_info is not None:
                 cluster_info["stop_s"] = round(stop_s, 2)
+        if wf:
+            down_s = wf.stop()
+            if warm_info is not None and down_s is not None:
+                warm_info["down_s"] = round(down_s, 2)
+        shutil.rmtree(tmpd, ignore_errors=True)
         signal.signal(signal.SIGTERM, old)
     loads["end"] = load()
-    report(args, suite, workaround, started, loads, R, probes, cluster_info, literal)
+    report(args, suite, workaround, started, loads, R, probes, cluster_info, literal, warm_info)
 
 
-def report(args, suite, workaround, started, loads, R, probe_runs, cluster_info, literal) -> None:
+def report(args, suite, workaround, started, loads, R, probe_runs, cluster_info, literal,
+           warm_info=None) -> None:
     walls = {k: [r["wall"] for r in v] for k, v in R.items() if v}
     tests = R["plain"][0]["tests"]
     single = {a: med([r["per_device"][a]["wall"] for r in R["sequential"]]) for a in ARCHES}
     slowest_arch = max(single, key=single.get)
     slowest = single[slowest_arch]
     plain_span = med([r["span"] for r in R["plain"]])
-    conc_span = med([r["span_max"] for r in R["concurrent"]])
-    paired = med([r["per_test_ms_in_session"] for r in R["device-job"]])
+    nan = float("nan")  # a figure whose mode was not run (--modes)
+    conc_span = med([r["span_max"] for r in R["concurrent"]]) if R["concurrent"] else nan
+    paired = med([r["per_test_ms_in_session"] for r in R["device-job"]]) if R[
+        "device-job"] else nan
     probes: dict[str, dict] = {}
     for mode, runs in probe_runs.items():
         if not runs:
@@ -575,7 +689,8 @@ def report(args, suite, workaround, started, loads, R, probe_runs, cluster_info,
                         "health_seconds": runs[-1]["health_seconds"],
                         "per_job": runs[-1]["per_job"]}
     derived: dict[str, dict] = {}
-    for mode in ("farm-embedded", "farm-cluster"):
+    startup: dict[str, dict] = {}
+    for mode in ("farm-embedded", "farm-cluster", "farm-warm"):
         if mode not in walls:
             continue
         w = med(walls[mode])
@@ -584,11 +699,23 @@ def report(args, suite, workaround, started, loads, R, probe_runs, cluster_info,
         runs = probe_runs[mode]
         # per round: the farm's slowest pytest session against that round's concurrent plain one
         per_test = med([(p["session_span_max"] - c["span_max"]) / tests * 1000
-                        for p, c in zip(runs, R["concurrent"], strict=False)])
+                        for p, c in zip(runs, R["concurrent"], strict=False)]) if R[
+            "concurrent"] else nan
+        conc = med(walls["concurrent"]) if "concurrent" in walls else nan
+        first = [p["first_test_s"] for p in runs if p.get("first_test_s") is not None]
+        startup[mode] = {
+            "wall_median": round(w, 2), "plain_slowest_single": round(slowest, 2),
+            "fixed_cost": round(fixed, 2), "ratio_to_slowest_single": round(w / slowest, 2),
+            "fixed_costs": [round(x - slowest, 2) for x in walls[mode]],
+            "first_test_s_median": round(med(first), 2) if first else None,
+            "first_test_s": first,
+            "first_session_s_median": round(med([p["first_session_s"] for p in runs
+                                                 if p.get("first_session_s") is not None]), 2)
+            if runs else None}
         d = {"wall_median": round(w, 2), "ratio_to_slowest_single": round(w / slowest, 2),
              "fixed_cost_vs_slowest_single": round(fixed, 2),
-             "ratio_to_concurrent_pytest": round(w / med(walls["concurrent"]), 2),
-             "fixed_cost_vs_concurrent_pytest": round(w - med(walls["concurrent"]), 2),
+             "ratio_to_concurrent_pytest": round(w / conc, 2),
+             "fixed_cost_vs_concurrent_pytest": round(w - conc, 2),
              "target_wall_s": round(allowed, 2), "meets_ratio_plus_fixed": w <= allowed,
              "farm_session_span_max": round(probes[mode]["session_span_max"], 3),
              "fixed_cost_outside_sessions": round(med([p["wall"] - p["session_span_max"]
@@ -615,8 +742,10 @@ def report(args, suite, workaround, started, loads, R, probe_runs, cluster_info,
         "plain_session_span_median": plain_span, "concurrent_session_span_max_median": conc_span,
         "derived": derived, "profile": probes, "profile_runs": probe_runs,
         "cluster": cluster_info, "literal_cli_walls": literal,
+        "startup": startup, "warm_fleet": warm_info,
         "targets": {"ratio": TARGET_RATIO, "fixed_s": TARGET_FIXED_S,
-                    "per_test_ms": TARGET_PER_TEST_MS},
+                    "per_test_ms": TARGET_PER_TEST_MS, "first_test_s": TARGET_FIRST_TEST_S,
+                    "warm_fixed_s": TARGET_WARM_FIXED_S},
     }
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -656,6 +785,7 @@ def markdown(res: dict, walls: dict[str, list[float]]) -> str:
         "device-job": "`farm.runner.device_job.run_job` in-process (no Ray), g13s, paired with a plain run",
         "farm-embedded": f"`farm run --devices {SELECTORS}`, embedded fleet (Ray start+stop inside)",
         "farm-cluster": f"`farm run --devices {SELECTORS} --address` to a running loopback cluster",
+        "farm-warm": f"`farm run --devices {SELECTORS}` with a warm fleet up (`farm fleet up`)",
     }
     L += ["| mode | what | tests | wall s, median (range) | per test ms |", "|---|---|---:|---:|---:|"]
     for k, v in walls.items():
@@ -674,6 +804,12 @@ def markdown(res: dict, walls: dict[str, list[float]]) -> str:
                  ", ".join(f"{v:.2f}" for k, v in c["start_s"].items() if k.startswith("agent"))
                  + f" s, one at a time), stop {c['stop_s']:.2f} s; first `farm run` on the "
                  f"fresh cluster {c['first_run_wall']:.2f} s (left out of the median).")
+    if res.get("warm_fleet"):
+        w = res["warm_fleet"]
+        L.append(f"\nWarm fleet (not in the `farm-warm` walls): `farm fleet up` {w['up_s']:.2f} s, "
+                 f"`farm fleet down` {w.get('down_s', float('nan')):.2f} s; first `farm run` on "
+                 f"it {w['first_run_wall']:.2f} s (left out of the median).")
+    L += startup_markdown(res)
     L.append("\n## Against the targets\n")
     L.append(f"Targets: `farm run` wall <= {TARGET_RATIO} x slowest single device + "
              f"{TARGET_FIXED_S:g} s fixed cost; per-test overhead <= {TARGET_PER_TEST_MS:g} ms.\n")
@@ -727,7 +863,8 @@ def markdown(res: dict, walls: dict[str, list[float]]) -> str:
                      f"{v['job_start_to_session_start']:.2f}, session {v['session_span']:.2f}, "
                      f"max result lag {v['result_delivery_lag_max']:.2f}"
                      for j, v in p["per_job"].items()))
-    pairs = [r["per_test_ms_in_session"] for r in res["modes"]["device-job"]["runs"]]
+    pairs = [r["per_test_ms_in_session"] for r in res["modes"].get(
+        "device-job", {"runs": [{"per_test_ms_in_session": float("nan")}]})["runs"]]
     L.append("\n## Reading these figures\n")
     L.append(f"- The host's other work moved the 1-min load between the values listed above; "
              f"single runs vary by tens of percent, so the medians carry that noise. The paired "
@@ -744,6 +881,38 @@ def markdown(res: dict, walls: dict[str, list[float]]) -> str:
              "three devices at once on two cores (`concurrent` against the slowest single "
              "device shows that part); `fixed s outside pytest sessions` is the farm's own.")
     return "\n".join(L) + "\n"
+
+
+def startup_markdown(res: dict) -> list[str]:
+    """The start-up section: fixed cost and first test per farm mode, against plain pytest."""
+    st = res.get("startup") or {}
+    if not st:
+        return []
+    slow = res["slowest_single"]
+    L = ["\n## Start-up: fixed cost and first test\n",
+         (f"Fixed cost = farm wall - plain `pytest` of the same suite on the slowest single device "
+         f"({slow['arch']}, {slow['wall']:.2f} s, from `sequential` in the same run); first "
+         f"test = process start to the first test's result (device clock, same host). Medians "
+         f"of {res['reps']} rounds, each round's fixed cost in brackets. Targets: embedded "
+         f"fleet's first test <= {TARGET_FIRST_TEST_S:g} s, warm fleet's fixed cost <= "
+         f"{TARGET_WARM_FIXED_S:g} s.\n"),
+         ("| farm mode | wall s | plain pytest, slowest device s | fixed cost s (rounds) | "
+         "wall / plain | first pytest session s | first test s |"),
+         "|---|---:|---:|---:|---:|---:|---:|"]
+    for mode, d in st.items():
+        first = d["first_test_s_median"]
+        sess = d["first_session_s_median"]
+        L.append(f"| {mode} | {d['wall_median']:.2f} | {d['plain_slowest_single']:.2f} | "
+                 f"{d['fixed_cost']:.2f} ({', '.join(f'{x:.2f}' for x in d['fixed_costs'])}) | "
+                 f"{d['ratio_to_slowest_single']:.2f} | "
+                 f"{'-' if sess is None else f'{sess:.2f}'} | "
+                 f"{'-' if first is None else f'{first:.2f}'} |")
+    if "farm-embedded" in st and "farm-warm" in st:
+        e, w = st["farm-embedded"], st["farm-warm"]
+        L.append(f"\nEmbedded against warm: fixed cost {e['fixed_cost']:.2f} s against "
+                 f"{w['fixed_cost']:.2f} s ({e['fixed_cost'] - w['fixed_cost']:.2f} s is the "
+                 f"fleet's start and stop).")
+    return L
 
 
 def rerender(path: Path) -> None:

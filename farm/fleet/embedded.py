@@ -55,6 +55,7 @@ from farm.tempdirs import owned_tmpdir
 OBJECT_STORE_BYTES = 100 * 1024 * 1024  # per node; results are small JSON batches
 LOOPBACK = "127.0.0.1"
 ENV_MULTI_HOST = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # ray_constants.ENABLE_RAY_CLUSTER_ENV_VAR
+ENV_USAGE_STATS = "RAY_USAGE_STATS_ENABLED"
 ENV_FLEET = "FARM_FLEET_ID"  # in every process of one embedded fleet (they inherit it)
 REAP_S = 10.0  # how long teardown waits for killed processes to be gone
 START_S = 60.0  # deadline for the whole fleet to be up
@@ -89,9 +90,11 @@ def describe(devices: list[DeviceIdentity]) -> str:
 
 @contextlib.contextmanager
 def single_host_ray() -> Iterator[None]:
-    """Ray imported and set for one host on loopback (see above); restored on exit."""
-    saved = os.environ.get(ENV_MULTI_HOST)
+    """Ray imported and set for one host on loopback (see above); restored on exit. Usage
+    stats off too: nothing of a local fleet reaches out of the host."""
+    saved = {k: os.environ.get(k) for k in (ENV_MULTI_HOST, ENV_USAGE_STATS)}
     os.environ[ENV_MULTI_HOST] = "0"  # before Ray reads it: loopback (see above)
+    os.environ[ENV_USAGE_STATS] = "0"
     from ray._private import ray_constants
 
     saved_mode, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False
@@ -103,10 +106,11 @@ def single_host_ray() -> Iterator[None]:
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = saved_mode
         ray_log.setLevel(saved_level)
-        if saved is None:
-            os.environ.pop(ENV_MULTI_HOST, None)
-        else:
-            os.environ[ENV_MULTI_HOST] = saved
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @contextlib.contextmanager
@@ -152,15 +156,17 @@ def _answers(port: int) -> bool:
 
 def start_local_fleet(devices: list[DeviceIdentity], base: Path, timeout: float = START_S,
                       threads: list[threading.Thread] | None = None,
+                      on_head: Callable[[str], None] | None = None,
                       ) -> tuple[str, dict[str, DeviceIdentity]]:
     """Start one Ray node per device on loopback, the first one the head; return the address
     and node id -> device. Ray must be imported under `single_host_ray`, token auth set.
 
     The device nodes start in threads (appended to ``threads``) once the head's GCS answers;
-    Ray's ``Node`` waits in each for its raylet to register. Nodes are made without Ray's exit
-    hooks or reaper (no signal handlers, which only the main thread may install): the caller
-    kills the fleet (`kill_fleet`), and, when it is interrupted mid-start, again once the
-    threads are done (`stop_starters`)."""
+    Ray's ``Node`` waits in each for its raylet to register. ``on_head(address)`` runs in this
+    thread as soon as the head node is up, while the other nodes still start (a driver connects
+    there). Nodes are made without Ray's exit hooks or reaper (no signal handlers, which only
+    the main thread may install): the caller kills the fleet (`kill_fleet`), and, when it is
+    interrupted mid-start, again once the threads are done (`stop_starters`)."""
     from ray._private.node import Node
 
     if not devices:
@@ -193,6 +199,9 @@ def start_local_fleet(devices: list[DeviceIdentity], base: Path, timeout: float 
                                  name=f"farm-fleet-node-{i}")
             t.start()
             threads.append(t)
+        threads[0].join(max(0.0, deadline - time.monotonic()))
+        if on_head is not None and 0 in made:
+            on_head(f"{LOOPBACK}:{gcs_port}")
         for t in threads:
             t.join(max(0.0, deadline - time.monotonic()))
     if failed or len(made) < len(devices):
@@ -220,13 +229,16 @@ def stop_starters(threads: list[threading.Thread], kill: Callable[[], object],
 @contextlib.contextmanager
 def embedded_fleet(devices: list[DeviceIdentity],
                    before_start: Callable[[], None] | None = None,
-                   workdir: Path | None = None) -> Iterator[str]:
-    """Start one node per device (the first one the head); yield the address; tear everything
-    down after.
+                   workdir: Path | None = None,
+                   connect: Callable[[str], None] | None = None) -> Iterator[str]:
+    """Start one node per device (the first one the head); yield the address once every node
+    is up; tear everything down after.
 
     ``before_start`` runs once Ray is imported, before any Ray process starts (the run's signal
     guard uses it to keep Ray's SIGTERM handler out). ``workdir``: the shipped tree; when
     given, each device's health check runs beside the start (`farm.fleet.health.precheck`).
+    ``connect(address)``: the driver's connection, made as soon as the head is up, while the
+    other nodes still start.
     """
     from farm.fleet import health
 
@@ -244,7 +256,8 @@ def embedded_fleet(devices: list[DeviceIdentity],
             if before_start is not None:
                 before_start()
             base = owned_tmpdir(TEMP_PREFIX)
-            address, nodes = start_local_fleet(devices, base, threads=starters)
+            address, nodes = start_local_fleet(devices, base, threads=starters,
+                                               on_head=connect)
             for node_id, dev in nodes.items():
                 if id(dev) in prechecks:
                     health.adopt(node_id, prechecks.pop(id(dev)))

@@ -114,11 +114,15 @@ def _run(opts: RunOptions, console: Console, guard: signals.Guard) -> RunOutcome
             console.print(embedded.describe(devices), highlight=False)
             # The row exists before the fleet starts: an interrupt from here on aborts a run.
             record.open(suite, opts, revision, context)
-            with show.phase(f"starting fleet: local Ray, {len(devices)} device node(s)"):
-                addr = stack.enter_context(embedded.embedded_fleet(
-                    devices, before_start=guard.hold_ray, workdir=staged))
+
+            def connect(addr: str) -> None:  # as soon as the head is up (the rest still starts)
                 cluster.connect(addr, shipping.runtime_env(staged, opts.env),
                                 node_ip=embedded.LOOPBACK)
+                guard.hold_ray()
+
+            with show.phase(f"starting fleet: local Ray, {len(devices)} device node(s)"):
+                stack.enter_context(embedded.embedded_fleet(
+                    devices, before_start=guard.hold_ray, workdir=staged, connect=connect))
         guard.hold_ray()  # ray.init put Ray's SIGTERM handlers in; ours go back
         guard.check()
         driver = Driver(opts, console, history, suite, revision, record, show, guard, context)
