@@ -382,6 +382,8 @@ class Driver:
                            f"{self.revision['tree_hash'][:12]})", highlight=False)
         status = "incomplete"  # unless the loop ends normally or is aborted
         try:
+            if any(len(g) > 1 for g in groups):
+                self.twins.prepare()
             self.check_health([d for g in groups for d in g])
             for d in chosen:
                 self.jobs.append(report.JobRecord(key=d.short, kind=d.kind,

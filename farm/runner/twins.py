@@ -52,11 +52,16 @@ class Twins:
         self.actor.add_node.remote(str(i), name)  # ordered before the twin can ask (same caller)
         self.d.launch(i, device, {"queue": self.queue, "job": str(i), "name": name})
 
-    def start(self, i: int, devices: list[Device]) -> None:
-        """Job ``i`` on ``devices`` (two or more twins), each starting with a contiguous share."""
+    def prepare(self) -> None:
+        """Start the run's queue actor (its worker boots while the devices are health-checked;
+        nothing waits for it: Ray queues the calls made before it is up)."""
         if self.actor is None:
             self.queue = f"farm-shards-{self.d.run_id}"
             self.actor = shard_queue.start(self.queue)
+
+    def start(self, i: int, devices: list[Device]) -> None:
+        """Job ``i`` on ``devices`` (two or more twins), each starting with a contiguous share."""
+        self.prepare()
         self.group[i] = list(devices)
         self.d.place(i, devices[0])
         job = self.d.jobs[i]
