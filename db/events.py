@@ -186,10 +186,13 @@ class BatchRows:
     fingerprints: list[tuple] = field(default_factory=list)
 
 
-def batch_rows(job_id: int, events: Iterable[Any]) -> BatchRows:
+def batch_rows(job_id: int, events: Iterable[Any], into: BatchRows | None = None) -> BatchRows:
     """The rows of every ``result`` event in ``events`` (other types, non-objects and results
-    without a node id are skipped), read as tolerantly as the module docstring says."""
-    out = BatchRows()
+    without a node id are skipped), read as tolerantly as the module docstring says.
+
+    With ``into``, they are appended to it (children's indices stay batch-wide), so several
+    jobs' batches go to the database as one."""
+    out = BatchRows() if into is None else into
     results, meas, sels, fps = out.results, out.measurements, out.selections, out.fingerprints
     for ev in events:
         if not isinstance(ev, dict) or ev.get("type") != "result":

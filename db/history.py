@@ -167,6 +167,28 @@ class History:
                 _insert_results(c, rows)
         return len(rows.results)
 
+    def ingest_many(self, batches: Iterable[tuple[int, Iterable[dict]]]) -> int:
+        """`ingest_events` for several jobs' batches in one transaction: what the run loop
+        received from every device in one wakeup. One commit and one executemany per table
+        for all of them, so the head's cost per batch does not grow with the fleet."""
+        rows, jobs = BatchRows(), set()
+        for job_id, events in batches:
+            jobs.add(job_id)
+            batch_rows(job_id, events, into=rows)
+        if not jobs:
+            return 0
+        with self._tx() as c:
+            found = dict(c.execute(select(m.jobs.c.id, m.jobs.c.run_id)
+                                   .where(m.jobs.c.id.in_(sorted(jobs)))).all())
+            if missing := sorted(jobs - set(found)):
+                raise FarmError(f"unknown job {missing[0]}: add it with add_job first",
+                                EXIT_USAGE)
+            c.execute(update(m.runs).where(m.runs.c.id.in_(sorted(set(found.values()))))
+                      .values(heartbeat=time.time()))
+            if rows.results:
+                _insert_results(c, rows)
+        return len(rows.results)
+
     def finish_job(
         self, job_id: int, status: str, error: str | None = None, attempts: int = 1
     ) -> None:

@@ -34,6 +34,7 @@ from db.location import resolve
 from db.migrate import alembic_config
 from db.models import Base
 from farm.cli.app import _register, app
+from farm.errors import FarmError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -181,6 +182,29 @@ def test_bulk_rows_are_what_the_per_result_reader_stored(kind, tmp_path):
     assert h.ingest_events(jobs[0], [{"type": "session_start"}, "x"]) == 0  # no result rows
     for job in jobs:
         assert stored(h, job) == expected[job]
+    h.close()
+
+
+@pytest.mark.parametrize("kind", backends())
+def test_one_write_for_many_jobs_stores_what_one_write_per_job_stores(kind, tmp_path):
+    """`ingest_many` (the run loop's one write per wakeup for every device's batch) gives each
+    job exactly the rows `ingest_events` would, children on the right results; an unknown job
+    refuses the whole write, leaving nothing of it."""
+    h = open_history(fresh_db(kind, tmp_path))
+    run = h.start_run("s", "g13s", None)
+    jobs = [h.add_job(run, device(host=f"h{k}"), f"mac-{k}", "Darwin", None) for k in range(3)]
+    batches = [(jobs[k % 3], odd_events(100 + k, 40)) for k in range(7)]
+    expected: dict[int, list] = {}
+    for job, evs in batches:
+        expected.setdefault(job, []).extend(o for ev in evs if (o := oracle(ev)) is not None)
+    assert h.ingest_many(batches) == sum(map(len, expected.values()))
+    for job in jobs:
+        assert stored(h, job) == expected[job]
+    with pytest.raises(FarmError, match="unknown job"):
+        h.ingest_many([(jobs[0], odd_events(7, 20)), (10_000, odd_events(8, 5))])
+    for job in jobs:
+        assert stored(h, job) == expected[job]
+    assert h.ingest_many([]) == 0
     h.close()
 
 
