@@ -113,6 +113,7 @@ class Driver:
         self.health: dict[str, dict] = {}
         self.jobs: list[report.JobRecord] = []
         self.refs: dict[int, object] = {}  # slot -> ObjectRefGenerator
+        self.pending: list[tuple[int, list[dict]]] = []  # taken, not yet stored (`flush`)
         self.shards: dict[int, Shard] = {}  # slot -> what runs there
         self.deadline: dict[int, float] = {}  # slot -> monotonic deadline
         self._slots = itertools.count()
@@ -266,7 +267,7 @@ class Driver:
             elif kind in ("session_start", "session_finish"):
                 store.append(ev)
         if store:
-            self.history.ingest_events(job.job_id, store)
+            self.pending.append((job.job_id, store))
         if sh.name:
             self.twins.progress(sh.job)
 
@@ -276,26 +277,39 @@ class Driver:
         if not self.refs:
             return
         order = list(self.refs)
-        ready, _ = ray.wait([self.refs[s] for s in order], num_returns=1, timeout=WAIT_S)
+        gens = [self.refs[s] for s in order]
+        ready, _ = ray.wait(gens, num_returns=1, timeout=WAIT_S)
+        if ready and len(gens) > 1:  # and every other stream with a batch waiting
+            ready, _ = ray.wait(gens, num_returns=len(gens), timeout=0)
         ready_ids = {id(r) for r in ready}
-        for slot in order:
-            gen = self.refs.get(slot)
-            if gen is None or id(gen) not in ready_ids:
-                continue
-            try:
-                ref = next(gen)
-            except StopIteration:
-                self.ended(slot)
-                continue
-            try:
-                self.take(slot, ray.get(ref, timeout=GET_S))
-            except ray.exceptions.RayError as e:
-                name = type(e).__name__
-                cause = getattr(e, "cause", None)
-                if name in _DIED or type(cause).__name__ in _DIED:
-                    self.node_lost(slot, name)
-                else:
-                    self.failed(slot, f"{name}: {str(e).strip().splitlines()[-1][:300]}")
+        try:
+            for slot in order:
+                gen = self.refs.get(slot)
+                if gen is None or id(gen) not in ready_ids:
+                    continue
+                try:
+                    ref = next(gen)
+                except StopIteration:
+                    self.ended(slot)
+                    continue
+                try:
+                    self.take(slot, ray.get(ref, timeout=GET_S))
+                except ray.exceptions.RayError as e:
+                    name = type(e).__name__
+                    cause = getattr(e, "cause", None)
+                    if name in _DIED or type(cause).__name__ in _DIED:
+                        self.node_lost(slot, name)
+                    else:
+                        self.failed(slot, f"{name}: {str(e).strip().splitlines()[-1][:300]}")
+        finally:  # whatever happened after them, what arrived is stored: one write per wakeup
+            self.flush()
+
+    def flush(self) -> None:
+        """Store every batch taken since the last write, all devices' in one transaction, so
+        the head's cost per wakeup stays flat as the fleet grows (bench/sim_scale.py)."""
+        pending, self.pending = self.pending, []
+        if pending:
+            self.history.ingest_many(pending)
 
     def failed(self, slot: int, error: str) -> None:
         """A device job raised (not a node death): its job ends in error, or, for a twin, the
