@@ -455,12 +455,12 @@ class Driver:
         """Cancel every job still in flight and record it as ended with ``status``."""
         import ray
 
-        for slot in list(self.refs):
+        jobs = sorted({sh.job for sh in self.shards.values()})
+        for ref in list(self.refs.values()):  # every twin of a job, before its job is finished
             with contextlib.suppress(Exception):  # a fleet going down: the job ends anyway
-                ray.cancel(self.refs[slot], force=True)
-            sh = self.shards.get(slot)
-            if sh is not None:
-                self.finish(sh.job, status, error)
+                ray.cancel(ref, force=True)
+        for i in jobs:
+            self.finish(i, status, error)
         self.twins.close()
 
     def verdict(self) -> str:
