@@ -181,27 +181,54 @@ def test_up_then_run_attaches_and_down_leaves_no_process_of_the_fleet(cli, tmp_p
     assert again.returncode == 0 and again.stdout.startswith("no warm fleet is up")
 
 
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
 def test_a_stale_state_file_is_detected_and_cleaned_in_one_line(cli):
+    # A keeper killed outright: its fleet dies with it (Ray's kernel fate sharing), what is
+    # still going down is killed, the state goes, one line says so.
     info = cli.up("--devices", "g13s")
     _, st = cli.status()
-    pids = [p for p in st["pids"] if p != info["keeper_pid"]]
-    os.kill(info["keeper_pid"], signal.SIGKILL)  # the keeper dies; its fleet lives on
+    pids = st["pids"]
+    os.kill(info["keeper_pid"], signal.SIGKILL)
     deadline = time.monotonic() + 10
     while _alive([info["keeper_pid"]]) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _alive(pids), "the fleet should outlive its keeper for this test"
     out, st = cli.status()
     assert st["state"] == "down"
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1, out.stderr
     assert lines[0].startswith(f"stale warm fleet (its keeper (pid {info['keeper_pid']}) is "
                                f"gone): "), lines
-    assert "leftover process(es) killed" in lines[0] and "removed" in lines[0]
+    assert lines[0].endswith(f"state {cli.state} removed"), lines
     assert _alive(pids) == []
     assert _marked(info["fleet_id"]) == []
     assert not cli.state.exists()
     out, st = cli.status()  # cleaned once: nothing more to say
     assert st["state"] == "down" and out.stderr == ""
+
+    # A record whose keeper pid names no live keeper while its fleet still runs (a pid reused,
+    # a keeper lost some other way): every process of that fleet is killed, the keeper too.
+    info = cli.up("--devices", "g13s")
+    _, st = cli.status()
+    pids = st["pids"]
+    rec = json.loads(cli.state.read_text())
+    rec["keeper_pid"] = dead = _dead_pid()
+    cli.state.write_text(json.dumps(rec))
+    out = cli("run", "--suite", SUITE, "--devices", "g13s", "--db", str(cli.state.parent / "h.db"),
+              "--json")
+    lines = out.stderr.strip().splitlines()
+    assert lines[0].startswith(f"stale warm fleet (its keeper (pid {dead}) is gone): "), lines
+    n = int(lines[0].split(": ")[1].split()[0])
+    assert n >= len(pids) and "leftover process(es) killed" in lines[0], lines
+    assert lines[1].startswith("embedded fleet"), lines  # the run went on without it
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert _alive(pids) == []
+    assert _marked(info["fleet_id"]) == []
+    assert not cli.state.exists()
 
 
 def test_bad_input_is_one_line_and_a_non_zero_exit(cli, tmp_path):
@@ -230,3 +257,32 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(cli, tmp_path):
     assert out.stderr.startswith("stale warm fleet (state file ") and not state.exists()
     out = cli("fleet", "down", timeout=60)
     assert out.returncode == 0 and out.stdout.startswith("no warm fleet is up"), out.stderr
+
+
+def test_a_driver_killed_outright_takes_its_embedded_fleet_with_it(tmp_path):
+    """SIGKILL runs no teardown: the embedded fleet's nodes are bound to die with the threads
+    that started them in the driver (Ray's kernel fate sharing), and what they started follows
+    (agents and workers watch their raylet; a job's pytest dies with its worker)."""
+    from farm_procs import Seen, launch, ro
+
+    db = tmp_path / "h.db"
+    proc, mark = launch("--suite", "tests/farm_fixtures/suite_stream.py", "--devices", "g13s",
+                        "--test-timeout", "900", "--db", str(db))
+    seen = Seen(proc, mark)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            seen.add()
+            if ro(db, "select count(*) from results") not in ([], [(0,)]):
+                break
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.communicate()[1]
+        fleet = len(seen.add())
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        left = seen.left_behind(grace=30)
+    finally:
+        proc.kill()
+        seen.kill()
+    assert fleet >= 6, fleet  # GCS, raylet, agents, worker, the job's pytest were there
+    assert left == [], left

@@ -13,12 +13,14 @@ is one host, so its processes and the driver run in that mode.)
 Fast start (`start_local_fleet`, shared with the warm fleet of `farm fleet up`): only what a run
 needs is started. The head is the first device's node (no node without a device); no dashboard,
 API server, autoscaler monitor, log monitor or Ray client server; each node's dashboard agent in
-Ray's minimal mode. The device nodes start in parallel, as soon as the GCS answers, each with a
-temp dir of its own (Ray names its sockets and logs inside a node's session dir by probing for
-free names, which concurrent starts in one dir would race on). Meanwhile each device's health
-check (`farm.fleet.health.check`: the same subprocess, environment and shipped tree a node runs
-it with, this host being every node's host) runs beside the start, and its result is handed to
-the run for the node started for that device.
+Ray's minimal mode. Every node's processes are started at once, each node with a temp dir of its
+own, and the registrations (a raylet registers once its agents are up: the seconds of a start)
+are awaited together instead of one node after the other. Meanwhile each device's health check
+(`farm.fleet.health.check`: the same subprocess, environment and shipped tree a node runs it
+with, this host being every node's host) runs beside the start, and its result is handed to the
+run for the node started for that device. The nodes die with the process that started them
+(Ray's kernel fate sharing), and a watchdog kills the rest of the fleet at once when that
+process is gone (`start_watchdog`).
 
 Teardown leaves no process behind, whenever it happens (a Ctrl-C while Ray is still starting
 included, when Ray's own bookkeeping of what it started is incomplete): Ray's dashboard and
@@ -41,7 +43,6 @@ import shutil
 import signal
 import socket
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -154,91 +155,159 @@ def _answers(port: int) -> bool:
     return False
 
 
+# The fleet's watchdog (Linux): it waits for its owner (the driver, or a warm fleet's keeper) to
+# die -- the pipe on its stdin closes -- and then kills every process of the fleet at once. The
+# nodes die with their owner anyway (kernel fate sharing, see `start_local_fleet`), but Ray's agents, their
+# raylet gone, try to tell the GCS for 60 s before they exit. Stdlib only, /proc only: the fleet
+# is the processes whose environment carries its id, whose command line names its temp dir, or
+# that hold files open there (Ray's renamed processes).
+_WATCHDOG = r"""
+import os, signal, sys, time
+fid, base = sys.argv[1].encode(), sys.argv[2]
+me = os.getpid()
+try:
+    while os.read(0, 4096):
+        pass
+except OSError:
+    pass
+
+def fleet():
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == me:
+            continue
+        try:
+            with open(f"/proc/{d}/environ", "rb") as f:
+                hit = b"FARM_FLEET_ID=" + fid in f.read().split(b"\0")
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                hit = hit or base.encode() in f.read()
+            for fd in [] if hit else os.listdir(f"/proc/{d}/fd"):
+                try:
+                    if os.readlink(f"/proc/{d}/fd/{fd}").startswith(base):
+                        hit = True
+                        break
+                except OSError:
+                    pass
+        except OSError:
+            continue
+        if hit:
+            out.append(int(d))
+    return out
+
+for _ in range(10):
+    pids = fleet()
+    if not pids:
+        break
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    time.sleep(0.2)
+"""
+
+
+def start_watchdog(base: Path):
+    """The fleet's watchdog (above), for a fleet whose id is in this process's environment
+    (`ENV_FLEET`) and whose nodes keep their files under ``base``; None off Linux. The caller
+    keeps the returned Popen (its stdin is the pipe) for as long as the fleet lives."""
+    import subprocess
+
+    if not sys.platform.startswith("linux") or not os.environ.get(ENV_FLEET):
+        return None
+    return subprocess.Popen([sys.executable, "-S", "-c", _WATCHDOG, os.environ[ENV_FLEET],
+                             str(base) + "/"], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@contextlib.contextmanager
+def _no_node_wait() -> Iterator[None]:
+    """While nodes are made: Ray's ``Node`` returns once its processes are started, instead of
+    waiting (alone, up to 30 s) for its raylet to register; `start_local_fleet` waits for all
+    of them at once, interruptibly. (The ports it would read from the registration are the
+    node's own business: the farm talks to the GCS.)"""
+    from ray._private import services
+
+    saved = services.get_node
+    services.get_node = lambda gcs_address, node_id: {
+        "labels": {}, "node_manager_port": 0, "runtime_env_agent_port": 0,
+        "metrics_agent_port": 0, "metrics_export_port": 0, "dashboard_agent_listen_port": 0}
+    try:
+        yield
+    finally:
+        services.get_node = saved
+
+
+def _alive(gcs) -> set[str]:
+    from ray.core.generated.gcs_pb2 import GcsNodeInfo
+
+    try:
+        infos = gcs.get_all_node_info(timeout=2, state_filter=GcsNodeInfo.GcsNodeState.ALIVE)
+    except Exception:  # noqa: BLE001 -- not yet: asked again until the deadline
+        return set()
+    return {getattr(k, "hex", lambda k=k: k)() for k in infos}
+
+
 def start_local_fleet(devices: list[DeviceIdentity], base: Path, timeout: float = START_S,
-                      threads: list[threading.Thread] | None = None,
-                      on_head: Callable[[str], None] | None = None,
                       ) -> tuple[str, dict[str, DeviceIdentity]]:
     """Start one Ray node per device on loopback, the first one the head; return the address
-    and node id -> device. Ray must be imported under `single_host_ray`, token auth set.
+    and node id -> device once every node has registered. Ray must be imported under
+    `single_host_ray`, token auth set.
 
-    The device nodes start in threads (appended to ``threads``) once the head's GCS answers;
-    Ray's ``Node`` waits in each for its raylet to register. ``on_head(address)`` runs in this
-    thread as soon as the head node is up, while the other nodes still start (a driver connects
-    there). Nodes are made without Ray's exit hooks or reaper (no signal handlers, which only
-    the main thread may install): the caller kills the fleet (`kill_fleet`), and, when it is
-    interrupted mid-start, again once the threads are done (`stop_starters`)."""
+    The head starts the GCS; every node's processes are then started at once (a node's own
+    start is quick; its raylet's registration, which waits for the node's agents, is what takes
+    seconds), and their registrations are awaited together (interruptibly). Ray's exit hooks
+    are off (they install signal handlers); its kernel fate sharing is on: the
+    nodes' processes die with this process (Linux ``PR_SET_PDEATHSIG``), and the caller kills
+    the fleet (`kill_fleet`)."""
     from ray._private.node import Node
 
     if not devices:
         raise FarmError("no device to start a fleet with", EXIT_USAGE)
     deadline = time.monotonic() + timeout
-    gcs_port = free_ports(1)[0]
-    made: dict[int, object] = {}
-    failed: dict[int, BaseException] = {}
-
-    def make(i: int, params, head: bool) -> None:
-        try:
-            made[i] = Node(params, head=head, shutdown_at_exit=False, spawn_reaper=False)
-        except BaseException as e:  # noqa: BLE001 -- reported by the caller, in one line
-            failed[i] = e
-
-    with _lean_nodes():
-        head = _node_params(devices[0], base / "0", gcs_server_port=gcs_port,
-                            include_dashboard=False, no_monitor=True)
-        threads = [] if threads is None else threads
-        threads.append(threading.Thread(target=make, args=(0, head, True), daemon=True,
-                                        name="farm-fleet-head"))
-        threads[0].start()
-        while not _answers(gcs_port):
-            if failed or not threads[0].is_alive() or time.monotonic() > deadline:
-                break
-            time.sleep(0.02)
-        for i, dev in enumerate(devices[1:], start=1):
-            params = _node_params(dev, base / str(i), gcs_address=f"{LOOPBACK}:{gcs_port}")
-            t = threading.Thread(target=make, args=(i, params, False), daemon=True,
-                                 name=f"farm-fleet-node-{i}")
-            t.start()
-            threads.append(t)
-        threads[0].join(max(0.0, deadline - time.monotonic()))
-        if on_head is not None and 0 in made:
-            on_head(f"{LOOPBACK}:{gcs_port}")
-        for t in threads:
-            t.join(max(0.0, deadline - time.monotonic()))
-    if failed or len(made) < len(devices):
-        i, e = min(failed.items()) if failed else (None, None)
-        why = (str(e).strip().splitlines() or [type(e).__name__])[0] if e else (
-            f"not up within {timeout:g}s")
-        what = f"{devices[i].label} node" if i is not None else "fleet"
-        raise FarmError(f"local Ray fleet failed to start ({what}): {why[:300]}", EXIT_INFRA)
-    nodes = {made[i].node_id: dev for i, dev in enumerate(devices)}
-    return f"{LOOPBACK}:{gcs_port}", nodes
-
-
-def stop_starters(threads: list[threading.Thread], kill: Callable[[], object],
-                  wait: float = 5.0) -> None:
-    """After ``kill`` (the fleet, its GCS included): wait (bounded) for node starts still under
-    way, which then fail, and ``kill`` again what they may have started meanwhile."""
-    if not any(t.is_alive() for t in threads):
-        return
-    deadline = time.monotonic() + wait
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
-    kill()
+    address = f"{LOOPBACK}:{free_ports(1)[0]}"
+    nodes: list = []
+    try:
+        with _lean_nodes(), _no_node_wait():
+            for i, dev in enumerate(devices):
+                where = ({"gcs_server_port": int(address.rpartition(":")[2]),
+                          "include_dashboard": False, "no_monitor": True} if i == 0 else
+                         {"gcs_address": address})
+                nodes.append(Node(_node_params(dev, base / str(i), **where), head=i == 0,
+                                  shutdown_at_exit=False, spawn_reaper=True))
+    except (FarmError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # noqa: BLE001 -- Ray's own failure, in one line
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise FarmError(f"local Ray fleet failed to start ({devices[len(nodes)].label} node): "
+                        f"{why[:300]}", EXIT_INFRA) from None
+    gcs = nodes[0].get_gcs_client()
+    ids = [n.node_id for n in nodes]
+    while True:
+        up = _alive(gcs)
+        if all(i in up for i in ids):
+            break
+        if time.monotonic() > deadline:
+            late = [d.label for d, i in zip(devices, ids, strict=True) if i not in up]
+            raise FarmError(f"local Ray fleet failed to start: {', '.join(late)} not up within "
+                            f"{timeout:g}s", EXIT_INFRA)
+        time.sleep(0.05)
+    return address, dict(zip(ids, devices, strict=True))
 
 
 @contextlib.contextmanager
 def embedded_fleet(devices: list[DeviceIdentity],
                    before_start: Callable[[], None] | None = None,
-                   workdir: Path | None = None,
-                   connect: Callable[[str], None] | None = None) -> Iterator[str]:
+                   workdir: Path | None = None) -> Iterator[str]:
     """Start one node per device (the first one the head); yield the address once every node
     is up; tear everything down after.
 
     ``before_start`` runs once Ray is imported, before any Ray process starts (the run's signal
     guard uses it to keep Ray's SIGTERM handler out). ``workdir``: the shipped tree; when
     given, each device's health check runs beside the start (`farm.fleet.health.precheck`).
-    ``connect(address)``: the driver's connection, made as soon as the head is up, while the
-    other nodes still start.
+    (The driver connects once every node is up: a ray.init made while the fleet still starts
+    brings in Ray's core worker, whose C++ signal handler would take a Ctrl-C or SIGTERM that
+    lands there.)
     """
     from farm.fleet import health
 
@@ -249,15 +318,14 @@ def embedded_fleet(devices: list[DeviceIdentity],
     was_reaper = _child_subreaper(True)
     os.environ[ENV_FLEET] = fleet_id  # the prechecks' subprocesses are the fleet's too
     base = None
-    starters: list[threading.Thread] = []
     try:
         prechecks = {id(d): health.precheck(d, workdir) for d in devices} if workdir else {}
         with single_host_ray():
             if before_start is not None:
                 before_start()
             base = owned_tmpdir(TEMP_PREFIX)
-            address, nodes = start_local_fleet(devices, base, threads=starters,
-                                               on_head=connect)
+            watchdog = start_watchdog(base)  # noqa: F841 -- lives as long as the fleet
+            address, nodes = start_local_fleet(devices, base)
             for node_id, dev in nodes.items():
                 if id(dev) in prechecks:
                     health.adopt(node_id, prechecks.pop(id(dev)))
@@ -268,9 +336,7 @@ def embedded_fleet(devices: list[DeviceIdentity],
                 import ray
 
                 ray.shutdown()
-            roots = {str(base)} if base else set()
-            kill_fleet(fleet_id, before, roots=roots)
-            stop_starters(starters, lambda: kill_fleet(fleet_id, before, roots=roots))
+            kill_fleet(fleet_id, before, roots={str(base)} if base else set())
         finally:
             health.forget()
             if base is not None:

@@ -287,8 +287,11 @@ def _spawn(planned, timeout: float) -> WarmFleet:
     nonce = secrets.token_hex(8)
     log = path.with_name("fleet.log")
     root = Path(__file__).resolve().parent.parent.parent
+    from farm.fleet.embedded import ENV_FLEET
+
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
+    env[ENV_FLEET] = secrets.token_hex(8)  # in the keeper's own environment too: found by it
     with open(log, "w", encoding="utf-8") as out:
         keeper = subprocess.Popen(
             [sys.executable, "-m", "farm.fleet.warm", "keep", str(path), nonce,
@@ -377,17 +380,18 @@ def keep(path: Path, nonce: str, devices: list[dict]) -> int:
     stopping: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, frame: stopping.append(signum))
-    fleet_id, token = secrets.token_hex(8), secrets.token_hex(32)
+    fleet_id = os.environ.get(embedded.ENV_FLEET) or secrets.token_hex(8)
+    token = secrets.token_hex(32)
     os.environ[embedded.ENV_FLEET] = fleet_id
     embedded._child_subreaper(True)
     use_token_auth(token)
     idents = [DeviceIdentity(**d) for d in devices]
     base = owned_tmpdir(embedded.TEMP_PREFIX)
     fleet = None
-    starters: list = []
+    watchdog = embedded.start_watchdog(base)  # noqa: F841 -- lives as long as the fleet
     try:
         with embedded.single_host_ray():
-            address, nodes = embedded.start_local_fleet(idents, base, threads=starters)
+            address, nodes = embedded.start_local_fleet(idents, base)
         me = _psutil().Process()
         fleet = WarmFleet(address=address, token=token, fleet_id=fleet_id, keeper_pid=me.pid,
                           keeper_started=me.create_time(), temp_dir=str(base), devices=devices,
@@ -413,7 +417,6 @@ def keep(path: Path, nonce: str, devices: list[dict]) -> int:
         return e.exit_code
     finally:
         embedded.kill_fleet(fleet_id, roots={str(base)})
-        embedded.stop_starters(starters, lambda: embedded.kill_fleet(fleet_id, roots={str(base)}))
         if fleet is not None:
             _remove(fleet)
         shutil.rmtree(base, ignore_errors=True)

@@ -103,7 +103,7 @@ def _run(opts: RunOptions, console: Console, guard: signals.Guard) -> RunOutcome
         staged = stack.enter_context(shipping.staged_tree(root))
         # No address: a warm fleet (`farm fleet up`) when one is up and has the devices.
         kept = None if address else warm.attach(selectors, lambda line: console.print(
-            line, highlight=False, markup=False))
+            line, highlight=False, markup=False, soft_wrap=True))
         if address or kept:
             address = address or kept.address
             with show.phase(f"connecting to Ray at {address}", plain=False):
@@ -114,15 +114,11 @@ def _run(opts: RunOptions, console: Console, guard: signals.Guard) -> RunOutcome
             console.print(embedded.describe(devices), highlight=False)
             # The row exists before the fleet starts: an interrupt from here on aborts a run.
             record.open(suite, opts, revision, context)
-
-            def connect(addr: str) -> None:  # as soon as the head is up (the rest still starts)
+            with show.phase(f"starting fleet: local Ray, {len(devices)} device node(s)"):
+                addr = stack.enter_context(embedded.embedded_fleet(
+                    devices, before_start=guard.hold_ray, workdir=staged))
                 cluster.connect(addr, shipping.runtime_env(staged, opts.env),
                                 node_ip=embedded.LOOPBACK)
-                guard.hold_ray()
-
-            with show.phase(f"starting fleet: local Ray, {len(devices)} device node(s)"):
-                stack.enter_context(embedded.embedded_fleet(
-                    devices, before_start=guard.hold_ray, workdir=staged, connect=connect))
         guard.hold_ray()  # ray.init put Ray's SIGTERM handlers in; ours go back
         guard.check()
         driver = Driver(opts, console, history, suite, revision, record, show, guard, context)
