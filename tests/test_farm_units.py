@@ -119,3 +119,23 @@ def test_run_refuses_a_nonpositive_test_timeout_before_touching_any_cluster():
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1].startswith("error:")
     assert "test-timeout" in out.stderr
+
+
+def test_each_run_ships_its_own_ray_package_of_one_tree(tmp_path):
+    """Two runs of one unchanged tree stage copies that differ only by the run mark, so Ray
+    (which names a working_dir package by content) gives each its own package: one run's end
+    cannot delete the files another run is using. The recorded tree hash is the tree's."""
+    from ray._private.runtime_env.packaging import get_uri_for_directory
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("x = 1\n")
+    uris, files = [], []
+    for _ in range(2):
+        with shipping.staged_tree(tmp_path) as staged:
+            uris.append(get_uri_for_directory(str(staged), include_gitignore=True,
+                                              excludes=shipping.EXCLUDES))
+            files.append(sorted(str(p.relative_to(staged)) for p in staged.rglob("*")
+                                if p.is_file()))
+    assert uris[0] != uris[1]
+    assert files[0] == files[1] == sorted(["pkg/a.py", shipping.RUN_MARK])
+    assert shipping.revision(tmp_path)["tree_hash"] == shipping.revision(tmp_path)["tree_hash"]

@@ -11,12 +11,15 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 from db.revision import EXCLUDES, current_revision, is_checkout, tree_files
 from farm.errors import EXIT_USAGE, FarmError
 from farm.tempdirs import owned_tmpdir
+
+RUN_MARK = ".farm-run-id"  # in the staged copy only: makes each run's package unique
 
 
 def find_root(start: Path | None = None) -> Path:
@@ -58,6 +61,13 @@ def staged_tree(root: Path) -> Iterator[Path]:
             dst = tmp / rel
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(root / rel, dst)
+        # A run's package is its own. Ray names a working_dir package by its content hash and
+        # reuses one already in the cluster: two runs of one tree would share it, and when the
+        # first run's driver exits, its nodes delete the unpacked copy (and, after
+        # RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S, the GCS its zip) under the second
+        # (ray-project/ray#36703, #46625): tests vanish mid-job, a warm fleet fails an hour on.
+        # The tree hash recorded with the run is taken from ``root``, not from this copy.
+        (tmp / RUN_MARK).write_text(uuid.uuid4().hex + "\n")
         yield tmp
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
