@@ -57,6 +57,7 @@ OBJECT_STORE_BYTES = 100 * 1024 * 1024  # per node; results are small JSON batch
 LOOPBACK = "127.0.0.1"
 ENV_MULTI_HOST = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"  # ray_constants.ENABLE_RAY_CLUSTER_ENV_VAR
 ENV_USAGE_STATS = "RAY_USAGE_STATS_ENABLED"
+ENV_PRESTART = "RAY_prestart_worker_first_driver"
 ENV_FLEET = "FARM_FLEET_ID"  # in every process of one embedded fleet (they inherit it)
 REAP_S = 10.0  # how long teardown waits for killed processes to be gone
 START_S = 60.0  # deadline for the whole fleet to be up
@@ -92,10 +93,13 @@ def describe(devices: list[DeviceIdentity]) -> str:
 @contextlib.contextmanager
 def single_host_ray() -> Iterator[None]:
     """Ray imported and set for one host on loopback (see above); restored on exit. Usage
-    stats off too: nothing of a local fleet reaches out of the host."""
-    saved = {k: os.environ.get(k) for k in (ENV_MULTI_HOST, ENV_USAGE_STATS)}
+    stats off too: nothing of a local fleet reaches out of the host. And no worker prestarted
+    for a node's first driver: a run's tasks carry the run's runtime env (its shipped tree), so
+    a worker started without one is never used, only paid for, while the run starts."""
+    saved = {k: os.environ.get(k) for k in (ENV_MULTI_HOST, ENV_USAGE_STATS, ENV_PRESTART)}
     os.environ[ENV_MULTI_HOST] = "0"  # before Ray reads it: loopback (see above)
     os.environ[ENV_USAGE_STATS] = "0"
+    os.environ[ENV_PRESTART] = "0"  # the nodes started inside inherit it
     from ray._private import ray_constants
 
     saved_mode, ray_constants.ENABLE_RAY_CLUSTER = ray_constants.ENABLE_RAY_CLUSTER, False
@@ -221,21 +225,41 @@ def start_watchdog(base: Path):
 
 
 @contextlib.contextmanager
-def _no_node_wait() -> Iterator[None]:
-    """While nodes are made: Ray's ``Node`` returns once its processes are started, instead of
-    waiting (alone, up to 30 s) for its raylet to register; `start_local_fleet` waits for all
-    of them at once, interruptibly. (The ports it would read from the registration are the
-    node's own business: the farm talks to the GCS.)"""
+def _no_node_wait(head: list) -> Iterator[None]:
+    """While nodes are made, Ray's ``Node`` waits for nothing registered: it returns once its
+    processes are started, instead of waiting (alone, up to 30 s) for its raylet to register,
+    and a node other than the head takes the head's directories from the head's ``Node``
+    (``head``, once made) instead of polling the GCS (every 2 s) until the head's raylet has
+    registered. `start_local_fleet` waits for every registration at once, interruptibly. (The
+    ports a node would read from its registration are its own business: the farm talks to the
+    GCS.) Hooks that are gone (another Ray) are left alone: nodes then start as Ray starts
+    them, one after the other."""
+    from ray._private import node as ray_node
     from ray._private import services
+    from ray.core.generated.gcs_pb2 import GcsNodeInfo
 
-    saved = services.get_node
-    services.get_node = lambda gcs_address, node_id: {
-        "labels": {}, "node_manager_port": 0, "runtime_env_agent_port": 0,
-        "metrics_agent_port": 0, "metrics_export_port": 0, "dashboard_agent_listen_port": 0}
+    def head_info(*args, **kwargs) -> list:
+        h = head[0]
+        return [GcsNodeInfo(state=GcsNodeInfo.GcsNodeState.ALIVE,
+                            temp_dir=h.get_temp_dir_path(),
+                            session_dir=h.get_session_dir_path())]
+
+    def no_wait(gcs_address, node_id) -> dict:
+        return {"labels": {}, "node_manager_port": 0, "runtime_env_agent_port": 0,
+                "metrics_agent_port": 0, "metrics_export_port": 0,
+                "dashboard_agent_listen_port": 0}
+
+    saved = {}
+    for owner, name, value in ((services, "get_node", no_wait),
+                               (ray_node, "get_all_node_info_until_retrieved", head_info)):
+        if hasattr(owner, name):
+            saved[owner, name] = getattr(owner, name)
+            setattr(owner, name, value)
     try:
         yield
     finally:
-        services.get_node = saved
+        for (owner, name), value in saved.items():
+            setattr(owner, name, value)
 
 
 def _alive(gcs) -> set[str]:
@@ -268,7 +292,7 @@ def start_local_fleet(devices: list[DeviceIdentity], base: Path, timeout: float 
     address = f"{LOOPBACK}:{free_ports(1)[0]}"
     nodes: list = []
     try:
-        with _lean_nodes(), _no_node_wait():
+        with _lean_nodes(), _no_node_wait(nodes):
             for i, dev in enumerate(devices):
                 where = ({"gcs_server_port": int(address.rpartition(":")[2]),
                           "include_dashboard": False, "no_monitor": True} if i == 0 else
