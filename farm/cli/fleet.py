@@ -16,6 +16,7 @@ from rich.table import Table
 
 from farm.cli.app import app
 from farm.errors import EXIT_USAGE, FarmError
+from farm.fleet.devices import DEVICES_HELP, EVERY_HELP
 
 
 def _console(stderr: bool = False) -> Console:
@@ -130,9 +131,8 @@ def _health(row: dict) -> str:
 @app.command()
 def run(
     suite: str = typer.Option(..., help="a manifest suite name, or a pytest path in the tree"),
-    devices: str = typer.Option("all", help="selectors: g13s (an arch), g14 (a generation), "
-                                            "cpu, all; comma-separated"),
-    every: bool = typer.Option(False, help="every matching device, not one per architecture"),
+    devices: str = typer.Option("all", help=DEVICES_HELP),
+    every: bool = typer.Option(False, help=EVERY_HELP),
     address: str = typer.Option(None, help="the head's HOST:PORT (else RAY_ADDRESS, else an "
                                            "embedded local fleet)"),
     db: str = typer.Option(None, help="history database path or URL (else FARM_DB)"),

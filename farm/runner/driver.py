@@ -29,10 +29,10 @@ import time
 
 from rich.console import Console
 
-from dflash2.device import parse_selectors
 from dflash2.runtime_context import dispatch_env, run_context
 from farm.errors import EXIT_USAGE, FarmError
 from farm.fleet import shipping
+from farm.fleet.devices import check_twins, parse_selectors
 from farm.report import summary as report
 from farm.runner import signals
 from farm.runner.checks import check_arch_env, check_collects
@@ -80,6 +80,7 @@ def _run(opts: RunOptions, console: Console, guard: signals.Guard) -> RunOutcome
     if opts.retries < 0:
         raise FarmError("--retries must be >= 0", EXIT_USAGE)
     selectors = parse_selectors(opts.devices)
+    check_twins(selectors, opts.every)
     check_arch_env()
     root = (opts.root or shipping.find_root()).resolve()
     suite = resolve_suite(opts.suite, root)
