@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import fcntl
 import json
 import os
 import platform
@@ -54,24 +53,18 @@ def _rc():
     return ray_cluster
 
 
-def _block(rc) -> tuple[int, object]:
+def _block(rc) -> int:
     """A test port block nobody on this host holds (the tests' flock files), held while we run."""
-    for base in reversed(rc._BLOCKS):
-        lock = open(f"/tmp/farm-test-ports-{base}.lock", "w")  # noqa: SIM115 -- held till exit
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            lock.close()
-            continue
-        return base, lock
-    raise SystemExit("every test port block is held: run the benchmark when the tests are done")
+    base = rc.claim_block(reversed(rc._BLOCKS))
+    if base is None:
+        raise SystemExit("every test port block is held: run the benchmark when the tests are done")
+    return base
 
 
 def start_cluster(rc):
-    base, lock = _block(rc)
+    base = _block(rc)
     c = rc.FarmCluster(address=f"127.0.0.1:{base}", token=secrets.token_hex(32), base=base,
                        temp_dir=Path(tempfile.mkdtemp(prefix="benchtwins-", dir="/tmp")))
-    c._lock = lock
     head = rc._start(c, [*FARM, "head", "--node-ip", rc.LOOPBACK, "--port", str(base),
                          "--num-cpus", "1", "--object-store-mb", "100",
                          "--temp-dir", str(c.temp_dir)], {})

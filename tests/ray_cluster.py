@@ -49,7 +49,16 @@ def _port_block() -> int:
     first = 20000 + 2000 * (int(worker) if worker.isdigit() else 0)
     if first in _held:
         return first
-    for base in (first, *[b for b in _BLOCKS if b != first]):
+    base = claim_block((first, *[b for b in _BLOCKS if b != first]))
+    if base is None:
+        raise RuntimeError("every test port block is held by another pytest on this host")
+    return base
+
+
+def claim_block(candidates) -> int | None:
+    """The first of ``candidates`` no process on this host holds, now held by this one for its
+    life (an flock on /tmp/farm-test-ports-BASE.lock); None when all are taken."""
+    for base in candidates:
         if base in _held:
             continue
         lock = open(f"/tmp/farm-test-ports-{base}.lock", "w")  # noqa: SIM115 -- held for life
@@ -60,7 +69,7 @@ def _port_block() -> int:
             continue
         _held[base] = lock
         return base
-    raise RuntimeError("every test port block is held by another pytest on this host")
+    return None
 
 
 @dataclass

@@ -4,7 +4,6 @@ applegpu_g14g share one suite, test by test, through `farm run` as a user runs i
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import secrets
 import sqlite3
@@ -22,23 +21,12 @@ pytestmark = pytest.mark.xdist_group("farm_ray_cluster")
 
 SUITE = "tests/farm_fixtures/suite_twins.py"  # 16 tests, the first 4 slow
 ARCH = "applegpu_g14g"
-_locks: list = []
-
-
 def _own_block() -> int:
     """A port block of this module's own (test_farm_cluster's may be up in this process)."""
-    for base in reversed(ray_cluster._BLOCKS):
-        if base in ray_cluster._held:
-            continue
-        lock = open(f"/tmp/farm-test-ports-{base}.lock", "w")  # noqa: SIM115 -- held for life
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            lock.close()
-            continue
-        _locks.append(lock)
-        return base
-    raise RuntimeError("no free test port block")
+    base = ray_cluster.claim_block(reversed(ray_cluster._BLOCKS))
+    if base is None:
+        raise RuntimeError("no free test port block")
+    return base
 
 
 @pytest.fixture(scope="module")
