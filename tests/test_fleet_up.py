@@ -231,7 +231,7 @@ def test_a_stale_state_file_is_detected_and_cleaned_in_one_line(cli):
     assert not cli.state.exists()
 
 
-def test_bad_input_is_one_line_and_a_non_zero_exit(cli, tmp_path):
+def test_bad_input_is_one_line_and_a_non_zero_exit(cli, tmp_path, monkeypatch):
     for args, want in ((("--devices", "g99"), "no Apple GPU generation 99"),
                        (("--devices", "sm90"), "cannot be emulated")):
         out = cli("fleet", "up", *args, timeout=60)
@@ -247,6 +247,16 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(cli, tmp_path):
     want = (f"error: cannot use the fleet state directory {blocker / 'state'}: Not a directory "
             f"(set FARM_STATE_DIR to a writable directory)")
     assert out.stderr.strip().splitlines() == [want]
+    # `farm run` only looks: no state directory, or an unusable one, is no warm fleet (nothing
+    # made, nothing said), never an error of the run.
+    from dflash2.device import parse_selectors
+    from farm.fleet import warm
+
+    said: list[str] = []
+    for where in (blocker / "state", tmp_path / "never"):
+        monkeypatch.setenv("FARM_STATE_DIR", str(where))
+        assert warm.attach(parse_selectors("g13s"), said.append) is None
+    assert said == [] and not (tmp_path / "never").exists()
     # A damaged state file is stale state: cleaned in one line, never a traceback.
     state = cli.state
     state.parent.mkdir(parents=True, exist_ok=True)

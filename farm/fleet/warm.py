@@ -45,14 +45,17 @@ WATCH_S = 2.0  # how often the keeper checks that its GCS still answers
 _VERSION = 1
 
 
-def state_dir() -> Path:
-    """The per-user directory of the warm fleet's state (made 0700 on first use)."""
+def state_dir(create: bool = True) -> Path:
+    """The per-user directory of the warm fleet's state (made 0700 when ``create``: the fleet
+    commands; `farm run` only looks, and an unusable directory just means no warm fleet)."""
     if env := os.environ.get(ENV_STATE_DIR):
         d = Path(env)
     elif xdg := os.environ.get("XDG_STATE_HOME"):
         d = Path(xdg) / "dflash2-farm"
     else:
         d = Path.home() / ".local" / "state" / "dflash2-farm"
+    if not create:
+        return d
     try:
         d.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as e:
@@ -61,8 +64,8 @@ def state_dir() -> Path:
     return d
 
 
-def state_file() -> Path:
-    return state_dir() / STATE_NAME
+def state_file(create: bool = True) -> Path:
+    return state_dir(create) / STATE_NAME
 
 
 @dataclass
@@ -101,11 +104,11 @@ class WarmFleet:
 
 def read(path: Path | None = None) -> WarmFleet | None:
     """The recorded warm fleet, or None. An unreadable file is stale (`current` cleans it)."""
-    path = path or state_file()
+    path = path or state_file(create=False)
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         fleet = WarmFleet(**{k: v for k, v in raw.items() if k != "path"})
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     except (OSError, ValueError, TypeError) as e:
         return WarmFleet("", "", "", 0, 0.0, "", [], {}, 0.0, "", nonce=f"unreadable: {e}",
@@ -267,6 +270,7 @@ def up(devices_text: str, say: Callable[[str], None], timeout: float = UP_S) -> 
     from farm.fleet import embedded
 
     planned = embedded.plan(parse_selectors(devices_text))
+    state_dir()  # usable, or one line
     with _locked():
         fleet = read()
         if fleet is not None:
@@ -324,6 +328,7 @@ def _spawn(planned, timeout: float) -> WarmFleet:
 
 def down(say: Callable[[str], None]) -> str:
     """Stop the warm fleet: every process of it gone, its state removed; the line to print."""
+    state_dir()  # usable, or one line
     with _locked():
         fleet = read()
         if fleet is None:
@@ -357,6 +362,7 @@ def _running(p) -> bool:
 
 def status(say: Callable[[str], None]) -> dict:
     """The warm fleet as JSON-ready data (``state`` "up" or "down"); stale state is cleaned."""
+    state_dir()  # usable, or one line
     fleet = current(say)
     if fleet is None:
         return {"state": "down", "state_file": str(state_file())}
