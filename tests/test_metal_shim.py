@@ -9,7 +9,10 @@ fails these tests).
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import time
 from pathlib import Path
 
 import mlx.core as mx
@@ -507,3 +510,25 @@ def test_shim_headers_are_metal_header_names_and_stand_alone():
     for header in sorted(p.name for p in shim.iterdir() if p.name.startswith("metal_")
                          and p.name != "metal_emu_hooks.h"):
         compiles(f"#include <{header}>\n", header)
+
+
+def test_the_preamble_pch_follows_its_headers_mtimes(tmp_path, monkeypatch):
+    """clang refuses a PCH whose headers were rewritten since it was built, even with the same
+    content (a fresh clone at the same path, a checkout): the PCH's key follows the headers'
+    mtimes, so a launch still compiles after they change."""
+    shim = tmp_path / "shim"
+    shutil.copytree(toolchain.SHIM, shim)
+    monkeypatch.setattr(toolchain, "SHIM", shim)
+    toolchain._preamble_pch.cache_clear()
+    try:
+        src = (mlx_metal.utils_preamble()
+               + "[[kernel]] void pch_probe(device float* o [[buffer(0)]]) { o[0] = 1.0f; }\n")
+        toolchain.check_source(src, "pch_probe")
+        later = time.time() + 100
+        for f in shim.rglob("*"):
+            if f.is_file():
+                os.utime(f, (later, later))
+        toolchain._preamble_pch.cache_clear()  # a new process, as after a fresh clone
+        toolchain.check_source(src, "pch_probe")
+    finally:
+        toolchain._preamble_pch.cache_clear()  # nothing built against the copy outlives it

@@ -149,9 +149,14 @@ def _refuse_unknown_attributes(source: str, name: str) -> None:
 def _preamble_pch(lowered_preamble: str) -> Path:
     """MLX's utils preamble (lowered), precompiled once: every launch's source starts with it,
     and parsing it is most of a kernel's compile time."""
-    # A PCH records the absolute paths of the headers it was built from and clang refuses it
-    # from another copy of them (a farm job's shipped tree): the shim's location is in the key.
-    key = _key(" ".join(KERNEL_FLAGS), str(SHIM.resolve()), lowered_preamble)
+    # A PCH records the absolute paths and modification times of the headers it was built from,
+    # and clang refuses it ("fatal error: file ... has been modified since the precompiled
+    # header was built") from another copy of them (a farm job's shipped tree) or after they
+    # were rewritten with the same content (a fresh clone at the same path, a checkout): the
+    # shim's location and every header's mtime are in the key.
+    stamps = ";".join(f"{f.relative_to(SHIM)}:{f.stat().st_mtime_ns}"
+                      for f in sorted(SHIM.rglob("*")) if f.is_file())
+    key = _key(" ".join(KERNEL_FLAGS), str(SHIM.resolve()), stamps, lowered_preamble)
     target = build_dir() / f"preamble-{key}.pch"
     header = build_dir() / f"preamble-{key}.h"
     if target.exists() and header.exists():
