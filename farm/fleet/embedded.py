@@ -128,11 +128,18 @@ def _lean_nodes() -> Iterator[None]:
     from ray._private import node as ray_node
     from ray._private import utils as ray_utils
 
+    with _hooks(((ray_node.Node, "start_api_server", lambda self, **kw: None),
+                 (ray_utils, "get_dashboard_dependency_error",
+                  lambda: ImportError("farm: minimal dashboard agent")))):
+        yield
+
+
+@contextlib.contextmanager
+def _hooks(replacements) -> Iterator[None]:
+    """Each (owner, name, value) set while the block runs, then restored; one whose name the
+    owner lacks (another Ray version) is left alone."""
     saved = {}
-    for owner, name, value in (
-            (ray_node.Node, "start_api_server", lambda self, **kw: None),
-            (ray_utils, "get_dashboard_dependency_error",
-             lambda: ImportError("farm: minimal dashboard agent"))):
+    for owner, name, value in replacements:
         if hasattr(owner, name):
             saved[owner, name] = getattr(owner, name)
             setattr(owner, name, value)
@@ -249,17 +256,9 @@ def _no_node_wait(head: list) -> Iterator[None]:
                 "metrics_agent_port": 0, "metrics_export_port": 0,
                 "dashboard_agent_listen_port": 0}
 
-    saved = {}
-    for owner, name, value in ((services, "get_node", no_wait),
-                               (ray_node, "get_all_node_info_until_retrieved", head_info)):
-        if hasattr(owner, name):
-            saved[owner, name] = getattr(owner, name)
-            setattr(owner, name, value)
-    try:
+    with _hooks(((services, "get_node", no_wait),
+                 (ray_node, "get_all_node_info_until_retrieved", head_info))):
         yield
-    finally:
-        for (owner, name), value in saved.items():
-            setattr(owner, name, value)
 
 
 def _alive(gcs) -> set[str]:
