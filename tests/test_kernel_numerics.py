@@ -17,7 +17,9 @@ from kernels.ulps import scaled_ulps, ulps
 from kernels.variants import VARIANTS
 
 TABLE = load_table()
-COMBOS = sorted({(v, k[2], k[1]) for k, (v, _) in TABLE.index.items()})
+# The table's tuned variants (an entry the measurements sent to stock is no tuned variant: stock
+# is this test's reference, and its CPU float32 QMM is not held to a tuned contract).
+COMBOS = sorted({(v, k[2], k[1]) for k, (v, _) in TABLE.index.items() if v != "stock"})
 SHAPES = sorted(set(TABLE.shapes.values()))
 COLS = 24
 # Contracts with float32 operands and accumulation, rounded once to a half dtype: the result is
