@@ -235,7 +235,8 @@ def start_ray():
     from farm.fleet.loopback import keep_loopback_in_this_process
 
     keep_loopback_in_this_process()
-    ray.init(num_cpus=1, include_dashboard=False, _node_ip_address="127.0.0.1",
+    # address="local": a Ray of its own, never one it finds on the host (a fleet, a test's)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, _node_ip_address="127.0.0.1",
              configure_logging=False, log_to_driver=False, object_store_memory=200 * 2**20)
     return ray
 

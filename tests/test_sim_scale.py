@@ -5,6 +5,7 @@ batches (one write per wakeup). Its figures are for the bench; here only what mu
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,9 +16,11 @@ SIM = REPO / "bench" / "sim_scale.py"
 
 def test_every_result_of_every_synthetic_device_is_stored_with_one_write_per_wakeup(tmp_path):
     out = tmp_path / "scale.json"
+    # a Ray address in the environment (another cluster on the host) is not the simulation's
+    env = {**os.environ, "RAY_ADDRESS": "127.0.0.1:1"}
     p = subprocess.run([sys.executable, str(SIM), "--devices", "3,24", "--rate", "40",
                         "--out", str(out)], cwd=REPO, capture_output=True, text=True,
-                       timeout=300, check=False)
+                       timeout=300, check=False, env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
     assert [r["devices"] for r in rows] == [3, 24]
