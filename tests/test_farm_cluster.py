@@ -170,7 +170,7 @@ def test_a_node_dying_with_no_same_arch_device_left_is_lost_keeping_its_results(
                                       "g16", "--db", str(tmp_path / "h.db"))
     assert code == 3, said(run)
     (job,) = run["jobs"]
-    assert job["status"] == "lost" and "no other live applegpu_g16g" in job["error"]
+    assert job["status"] == "lost" and "no other live applegpu_g16g" in job["error"], said(run)
     assert sorted(_results(job)) == ["test_a", "test_b"]
     with sqlite3.connect(tmp_path / "h.db") as c:
         assert c.execute("select status from jobs").fetchone()[0] == "lost"

@@ -323,18 +323,21 @@ class Driver:
             self.finish(sh.job, "error", error)
 
     def ended(self, slot: int) -> None:
-        sh = self.drop(slot)
+        sh = self.shards.get(slot)
         if sh is None:
             return
+        if sh.end is None:
+            # A device job's last yield is its farm_job_end, after every cleanup: a stream that
+            # stops before it is a worker (or node) that died, whichever way Ray reported it,
+            # so the job moves on or is lost as for Ray's own death errors.
+            self.node_lost(slot, "its device job ended without its final event")
+            return
+        self.drop(slot)
         end = sh.end
         if sh.name:
-            self.twins.ended(sh, *(("error", "the device job ended without its final event")
-                                   if end is None else (end.get("status"), end.get("error"))))
+            self.twins.ended(sh, end.get("status"), end.get("error"))
             return
         i, job = sh.job, self.jobs[sh.job]
-        if end is None:
-            self.finish(i, "error", "the device job ended without its final event")
-            return
         status = end.get("status")
         if status == "completed":
             c = job.counts()
