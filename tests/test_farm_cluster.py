@@ -192,9 +192,10 @@ def test_a_device_failing_its_health_check_is_quarantined(farm_cluster: FarmClus
         farm_cluster.kill(name)
     assert code == 3, said(run)
     jobs = {j["device"]["arch"]: j for j in run["jobs"]}
-    assert jobs["applegpu_g13s"]["status"] == "passed"  # the healthy device still ran
+    assert jobs["applegpu_g13s"]["status"] == "passed", said(run)  # the healthy one still ran
     bad = jobs["applegpu_g17g"]
-    assert bad["status"] == "error" and bad["error"].startswith("quarantined: device reports")
+    assert bad["status"] == "error" and bad["error"].startswith("quarantined: device reports"), \
+        said(run)
     assert bad["results"] == []
 
 
