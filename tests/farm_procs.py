@@ -138,3 +138,16 @@ def device_job_events(suite: str, **over) -> list[dict]:
         return [ev for batch in run_job(spec) for ev in batch]
     finally:
         os.chdir(cwd)
+
+
+def until_first_result(proc: subprocess.Popen, seen: Seen, db: Path,
+                       within: float = 180) -> None:
+    """Watch ``proc``'s processes (``seen``) until its first result is in ``db``; it must still
+    be running then (a driver that ended first fails here with its stderr)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and proc.poll() is None:
+        seen.add()
+        if ro(db, "select count(*) from results") not in ([], [(0,)]):
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()[1]

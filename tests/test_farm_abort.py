@@ -18,7 +18,7 @@ import time
 
 import pytest
 from db_fixtures import device
-from farm_procs import Seen, launch, marked, psutil, ro
+from farm_procs import Seen, launch, marked, psutil, ro, until_first_result
 
 from db import open_history
 from farm.runner.driver import ORPHAN_AFTER_S
@@ -53,13 +53,7 @@ def test_sigterm_after_the_first_result_aborts_the_run_and_stops_the_fleet(tmp_p
                         "--test-timeout", "900", "--db", str(db))
     seen = Seen(proc, mark)
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and proc.poll() is None:
-            seen.add()
-            if ro(db, "select count(*) from results") not in ([], [(0,)]):
-                break
-            time.sleep(0.1)
-        assert proc.poll() is None, proc.communicate()[1]
+        until_first_result(proc, seen, db)
         fleet = len(seen.add())  # the driver and every process of its fleet
         foreign = _off_loopback(mark)
         proc.send_signal(signal.SIGTERM)

@@ -273,20 +273,14 @@ def test_a_driver_killed_outright_takes_its_embedded_fleet_with_it(tmp_path):
     """SIGKILL runs no teardown: the embedded fleet's nodes are bound to die with the threads
     that started them in the driver (Ray's kernel fate sharing), and what they started follows
     (agents and workers watch their raylet; a job's pytest dies with its worker)."""
-    from farm_procs import Seen, launch, ro
+    from farm_procs import Seen, launch, until_first_result
 
     db = tmp_path / "h.db"
     proc, mark = launch("--suite", "tests/farm_fixtures/suite_stream.py", "--devices", "g13s",
                         "--test-timeout", "900", "--db", str(db))
     seen = Seen(proc, mark)
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and proc.poll() is None:
-            seen.add()
-            if ro(db, "select count(*) from results") not in ([], [(0,)]):
-                break
-            time.sleep(0.1)
-        assert proc.poll() is None, proc.communicate()[1]
+        until_first_result(proc, seen, db)
         fleet = len(seen.add())
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(30)
