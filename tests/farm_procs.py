@@ -125,6 +125,26 @@ def ro(db: Path, sql: str) -> list[tuple]:
         return []
 
 
+@contextlib.contextmanager
+def as_device_worker(root: Path = REPO):
+    """This process as a Ray worker of a run shipping ``root``: in the run's staged tree (Ray's
+    working dir) with the run's tree mark in its environment (Ray's env_vars)."""
+    from farm.fleet import shipping
+
+    cwd, before = os.getcwd(), os.environ.get(shipping.ENV_TREE)
+    with shipping.staged_tree(root) as staged:
+        os.chdir(staged)
+        os.environ[shipping.ENV_TREE] = shipping.read_mark(staged)["run"]
+        try:
+            yield staged
+        finally:
+            os.chdir(cwd)
+            if before is None:
+                os.environ.pop(shipping.ENV_TREE, None)
+            else:
+                os.environ[shipping.ENV_TREE] = before
+
+
 def device_job_events(suite: str, **over) -> list[dict]:
     """Every event of one device job run in this process (no Ray), as a device runs it: in the
     tree, on an emulated g13s; ``over`` replaces fields of the job spec."""
@@ -132,12 +152,8 @@ def device_job_events(suite: str, **over) -> list[dict]:
 
     spec = {"suite": suite, "pytest_args": [suite], "test_timeout": 30, "job_timeout": 120,
             "device": {"arch": "applegpu_g13s", "emulated": True}, "deselect": [], **over}
-    cwd = os.getcwd()
-    os.chdir(Path(__file__).resolve().parent.parent)  # a device job runs in the shipped tree
-    try:
+    with as_device_worker():
         return [ev for batch in run_job(spec) for ev in batch]
-    finally:
-        os.chdir(cwd)
 
 
 def until_first_result(proc: subprocess.Popen, seen: Seen, db: Path,

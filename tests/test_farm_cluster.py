@@ -123,6 +123,23 @@ def test_the_device_runs_the_drivers_tree_not_its_own(farm_cluster: FarmCluster,
     assert code == 0 and run["jobs"][0]["results"][0]["outcome"] == "passed", said(run)
 
 
+def test_each_node_of_a_host_unpacks_the_run_into_a_directory_of_its_own(
+        farm_cluster: FarmCluster, tmp_path):
+    """Nodes of one host share Ray's session dir; a node unpacking the run's tree (which Ray does
+    by deleting and unzipping again) in a directory another node's jobs run in made them lose
+    files mid-job (`farm.fleet.node_dirs`)."""
+    code, run = farm_cluster.run_json("--suite", f"{FIX}/suite_shipped.py", "--devices",
+                                      ",".join(ARCHES), "--db", str(tmp_path / "h.db"))
+    assert code == 0, said(run)
+    session = farm_cluster.temp_dir / "session_latest"
+    pkgs = [p for p in session.glob("runtime_resources/**/working_dir_files/_ray_pkg_*")
+            if p.is_dir()]
+    newest = max(pkgs, key=lambda p: p.stat().st_mtime).name  # this run's
+    homes = sorted(p.parent.parent.name for p in pkgs if p.name == newest)
+    assert len(homes) >= len(ARCHES), homes  # one per device node that ran a job
+    assert len(set(homes)) == len(homes) and all(h.startswith("node") for h in homes), homes
+
+
 @pytest.fixture
 def victim(farm_cluster: FarmCluster):
     """A function-scoped extra node whose kill-fixture test kills its own raylet."""

@@ -4,12 +4,12 @@ pytest subprocess, the queue in this process), and each result's node in the his
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from pathlib import Path
 
 import pytest
 from db_fixtures import result, session_finish, session_start, write_jsonl
+from farm_procs import as_device_worker
 from test_history_cli import farm
 
 from dflash2.device import emulated_identity
@@ -119,12 +119,8 @@ def _twin_events(suite: str, queue: LocalQueue, **over) -> list[dict]:
     spec = {"suite": suite, "pytest_args": [suite], "test_timeout": 30, "job_timeout": 120,
             "device": {"arch": "applegpu_g14g", "emulated": True}, "deselect": [],
             "shard": {"queue": "-", "job": "0", "name": queue.shard}, **over}
-    cwd = os.getcwd()
-    os.chdir(REPO)
-    try:
+    with as_device_worker():
         return [ev for batch in run_job(spec, queue=queue) for ev in batch]
-    finally:
-        os.chdir(cwd)
 
 
 def _outcomes(evs: list[dict]) -> dict[str, str]:

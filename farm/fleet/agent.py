@@ -5,7 +5,8 @@ without an Apple GPU) and advertised as node labels (architecture, generation, s
 backend, chip, MLX version, emulated) plus one ``dflash2_device`` resource unit, so one suite job
 at a time runs on it. Emulation is exported to the node's processes (``DFLASH2_DEVICE_ARCH``)
 and shows in every listing. Each node gets its own ports (``--port-base``, else free ones) and a
-sized object store, so several agents can share one host; token auth is always on.
+sized object store, and its own runtime-env directory (`node_dirs`), so several agents can share
+one host; token auth is always on.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from farm.errors import EXIT_INFRA, FarmError
+from farm.fleet import node_dirs
 from farm.fleet.cluster import free_ports, probe
 from farm.fleet.devices import RESOURCE, device_labels
 from farm.fleet.head import auth_env, node_ports
@@ -64,7 +66,7 @@ def start_agent(o: AgentOptions) -> str:
 
     probe(o.address)
     dev = current_device(o.emulate) if o.emulate else current_device()
-    env = auth_env(o.token, o.token_file)
+    env = node_dirs.start_env(auth_env(o.token, o.token_file))
     if dev.emulated:
         env[ENV_ARCH] = dev.arch
     if sys.platform == "darwin":

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from farm.errors import EXIT_INFRA, FarmError
+from farm.fleet import node_dirs
 from farm.fleet.loopback import ray_start
 
 DEFAULT_PORT = 6379
@@ -90,7 +91,7 @@ def head_command(o: HeadOptions) -> list[str]:
 
 def start_head(o: HeadOptions) -> str:
     """Start the head; return the address joiners use. Errors are one FarmError line."""
-    env = auth_env(o.token, o.token_file)
+    env = node_dirs.start_env(auth_env(o.token, o.token_file))
     if "RAY_AUTH_TOKEN" not in env:
         ensure_token_file()
     out = subprocess.run(head_command(o), env=env, capture_output=True, text=True,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -24,7 +25,10 @@ import time
 from concurrent.futures import Future
 from pathlib import Path
 
-from farm.runner.device_job import job_env, shipped_root
+from farm.errors import FarmError
+from farm.fleet.shipping import job_tree
+from farm.runner.device_job import job_env
+from farm.tempdirs import owned_tmpdir
 
 REMOTE_S = 90.0  # deadline for a fleet's checks, Ray scheduling included
 GOLDEN_TOL = 1e-3  # relative to the output's scale; float32 QMM here matches to ~1e-6
@@ -55,8 +59,17 @@ def golden() -> dict:
 
 
 def check(device: dict, workdir: Path | None = None) -> dict:
-    """Run ``golden`` for ``device`` (its labels as a dict) in a subprocess; never raises."""
-    workdir = workdir or shipped_root()
+    """Run ``golden`` for ``device`` (its labels as a dict) in a subprocess; never raises.
+    ``workdir``: the tree to check with; default a checked copy of the run's (a Ray task)."""
+    if workdir is None:
+        tmp = owned_tmpdir("farm-health-")
+        try:
+            return check(device, job_tree(tmp / "tree"))
+        except FarmError as e:
+            return {"host": socket.gethostname(), "time": time.time(), "ok": False,
+                    "seconds": 0.0, "detail": str(e)[:300]}
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.monotonic()
     base = {"host": socket.gethostname(), "os": f"{platform.system()} {platform.release()}",
             "time": time.time()}

@@ -9,17 +9,23 @@ checkouts of one commit are told apart.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from db.revision import EXCLUDES, current_revision, is_checkout, tree_files
+from db.revision import EXCLUDES, current_revision, is_checkout, tree_files, tree_hash
 from farm.errors import EXIT_USAGE, FarmError
 from farm.tempdirs import owned_tmpdir
 
-RUN_MARK = ".farm-run-id"  # in the staged copy only: makes each run's package unique
+# In the staged copy only: {"run", "files", "tree_hash"}. It makes each run's package unique
+# and lets a device check that the tree it is about to run is this run's, whole.
+RUN_MARK = ".farm-run-id"
+ENV_TREE = "FARM_RUN_TREE"  # the run's mark id, set on every worker of the run (runtime_env)
+COPY_WAIT_S = 60.0  # how long a device waits for Ray to finish unpacking the run's tree
 
 
 def find_root(start: Path | None = None) -> Path:
@@ -38,11 +44,10 @@ def find_root(start: Path | None = None) -> Path:
 def runtime_env(staged: Path, env: dict[str, str] | None = None) -> dict:
     """The job-level runtime_env for ``ray.init``: working dir = a ``staged`` copy, and the
     run's ``DFLASH2_*`` variables (`dflash2.runtime_context.dispatch_env`) set on every worker,
-    so they reach devices that do not share the driver's environment."""
-    out: dict = {"working_dir": str(staged), "excludes": list(EXCLUDES)}
-    if env:
-        out["env_vars"] = dict(env)
-    return out
+    so they reach devices that do not share the driver's environment; and the run's tree mark
+    (``ENV_TREE``), by which a device finds and checks its copy of the tree (`job_tree`)."""
+    return {"working_dir": str(staged), "excludes": list(EXCLUDES),
+            "env_vars": {**(env or {}), ENV_TREE: read_mark(staged)["run"]}}
 
 
 @contextlib.contextmanager
@@ -67,10 +72,74 @@ def staged_tree(root: Path) -> Iterator[Path]:
         # RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S, the GCS its zip) under the second
         # (ray-project/ray#36703, #46625): tests vanish mid-job, a warm fleet fails an hour on.
         # The tree hash recorded with the run is taken from ``root``, not from this copy.
-        (tmp / RUN_MARK).write_text(uuid.uuid4().hex + "\n")
+        mark = {"run": uuid.uuid4().hex, "files": files, "tree_hash": tree_hash(tmp, files)}
+        (tmp / RUN_MARK).write_text(json.dumps(mark) + "\n")
         yield tmp
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_mark(tree: Path) -> dict | None:
+    """The run mark of a staged tree (or of a device's copy of one), None when it has none."""
+    try:
+        mark = json.loads((tree / RUN_MARK).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return mark if isinstance(mark, dict) and isinstance(mark.get("files"), list) else None
+
+
+def job_tree(dest: Path, run: str | None = None, wait_s: float | None = None) -> Path:
+    """A private copy, at ``dest``, of run ``run``'s tree (default: ``ENV_TREE``), checked
+    file by file against its mark; what a device job or health check runs in.
+
+    Ray starts the run's workers in its unpacked working dir, but may unpack it again under them:
+    its agent re-creates a runtime env whose references fell to zero with ``overwrite=True``
+    (rmtree, then unzip: ``download_and_unpack_package`` in the Ray we pin). A worker then has no
+    cwd, and for a while the directory holds part of the tree; a job run there runs whatever is
+    there (a CI run lost a suite file so). A copy taken while the unpacking is under way fails
+    its check and is taken again, until ``wait_s`` (default ``COPY_WAIT_S``) has passed: then
+    one clear error.
+    """
+    run = run or os.environ.get(ENV_TREE)
+    if not run:
+        raise FarmError(f"this job does not know its run's tree ({ENV_TREE} is not set): "
+                        f"device jobs are started by `farm run`", EXIT_USAGE)
+    wait_s = COPY_WAIT_S if wait_s is None else wait_s
+    deadline = time.monotonic() + wait_s
+    while True:
+        problem = _copy_run_tree(dest, run)
+        if problem is None:
+            return dest
+        if time.monotonic() >= deadline:
+            raise FarmError(f"run {run[:12]}'s tree is not whole on this node after "
+                            f"{wait_s:g}s: {problem}")
+        time.sleep(0.25)
+
+
+def _copy_run_tree(dest: Path, run: str) -> str | None:
+    """Copy run ``run``'s tree into ``dest``; None when the copy is whole, else what is wrong."""
+    sources = []
+    with contextlib.suppress(OSError):  # the cwd is gone while Ray re-creates it
+        sources.append(Path.cwd())
+    sources.append(Path(__file__).resolve().parents[2])  # the tree this module came from
+    marks = {src: read_mark(src) for src in sources}
+    src = next((s for s, m in marks.items() if m and m.get("run") == run), None)
+    if src is None:
+        return ("no copy of it at " + " or ".join(
+            f"{s} ({'mark of run ' + m['run'][:12] if m else 'no mark'})"
+            for s, m in marks.items()))
+    files = marks[src]["files"]
+    shutil.rmtree(dest, ignore_errors=True)
+    try:
+        for rel in files:
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src / rel, dest / rel)
+        (dest / RUN_MARK).write_text(json.dumps(marks[src]) + "\n")
+    except OSError as e:
+        return f"{src}: {e.strerror or e}: {getattr(e, 'filename', '') or ''}".rstrip(": ")
+    if tree_hash(dest, files) != marks[src]["tree_hash"]:
+        return f"{src}: its files differ from the ones the run shipped"
+    return None
 
 
 def shipped_files(root: Path) -> list[str]:

@@ -35,7 +35,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dflash2.runtime_context import without_dispatch_env
+from farm.errors import FarmError
+from farm.fleet.shipping import job_tree
 from farm.runner.pytest_progress import ENV_COLLECTED, ENV_PARENT, ENV_STARTED
+from farm.runner.shard_queue import Client  # at import: Ray's working dir may be gone mid-job
 from farm.runner.shard_relay import Relay
 from farm.tempdirs import owned_tmpdir
 
@@ -45,16 +48,6 @@ MAX_RESTARTS = 1000
 LOG_TAIL = 2000
 ENV_ARCH = "DFLASH2_DEVICE_ARCH"  # dflash2.device.ENV_ARCH, without importing MLX here
 _TIMEOUT_MSG = re.compile(r"\bTimeout\b.*>\s*[\d.]+\s*s", re.IGNORECASE)
-
-
-def shipped_root() -> Path:
-    """The tree this job runs: Ray's working dir (the cwd it sets up for the job's workers),
-    else the tree this very module was imported from (the cwd of a worker can vanish under
-    it when Ray re-creates a working dir, and Path.cwd() then raises)."""
-    try:
-        return Path.cwd()
-    except FileNotFoundError:
-        return Path(__file__).resolve().parent.parent
 
 
 def job_env(device: dict, workdir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -190,11 +183,11 @@ def run_job(spec: dict, queue=None) -> Iterator[list[dict]]:
     queue actor's name, the job's key in it and this twin's name). The last batch holds a
     ``farm_job_end`` event. ``queue`` stands in for the queue actor's client (tests).
     """
-    workdir = shipped_root()
     deadline = time.monotonic() + float(spec["job_timeout"])
     test_timeout = float(spec["test_timeout"])
     done: set[str] = set(spec.get("deselect") or [])
     tmp = owned_tmpdir("farm-job-")
+    workdir = tmp / "tree"  # the run's tree, copied and checked (`shipping.job_tree`)
     node_id = ""
     if "ray" in sys.modules and sys.modules["ray"].is_initialized():  # never start Ray here
         node_id = sys.modules["ray"].get_runtime_context().get_node_id()
@@ -206,9 +199,14 @@ def run_job(spec: dict, queue=None) -> Iterator[list[dict]]:
     proc: subprocess.Popen | None = None
     relay: Relay | None = None
     try:
+        job_tree(workdir)
+    except FarmError as e:  # never run a tree that is not the run's, whole
+        shutil.rmtree(tmp, ignore_errors=True)
+        yield [{"type": "farm_job_end", "status": "error", "error": str(e)[:500], "restarts": 0,
+                "time": time.time()}]
+        return
+    try:
         if spec.get("shard") and queue is None:
-            from farm.runner.shard_queue import Client
-
             queue = Client(spec["shard"])
         while True:
             prev = relay
