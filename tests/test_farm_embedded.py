@@ -32,3 +32,17 @@ def test_farm_run_without_a_cluster_starts_and_tears_down_an_embedded_fleet(tmp_
         assert c.execute("select count(*) from results").fetchone()[0] == 6
     suites = ET.parse(junit).getroot().findall("testsuite")
     assert sorted(s.get("tests") for s in suites) == ["3", "3"]
+
+
+def test_an_embedded_fleet_runs_selector_star_n_as_twins_sharing_one_job(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
+    out = subprocess.run([sys.executable, "-c", "from farm.cli.app import main; main()", "run",
+                          "--suite", "tests/farm_fixtures/suite_twins.py", "--devices", "g14*2",
+                          "--db", str(tmp_path / "h.db"), "--json"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=240,
+                         check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (job,) = json.loads(out.stdout)["jobs"]  # one job for the one variant
+    assert job["device"]["arch"] == "applegpu_g14g" and len(set(job["nodes"])) == 2
+    assert len(job["results"]) == 16 and len({r["nodeid"] for r in job["results"]}) == 16
+    assert len({r["farm_node"] for r in job["results"]}) == 2  # both twins ran tests

@@ -72,6 +72,17 @@ def test_the_embedded_fleet_emulates_what_nothing_real_matches():
             embedded.plan(parse_selectors("sm90"), native)
 
 
+def test_the_embedded_fleet_starts_n_twins_for_selector_star_n():
+    from farm.fleet.devices import parse_selectors as fleet_selectors
+
+    native = current_device("")
+    planned = embedded.plan(fleet_selectors("g14*2,g13s,g14g"), native)
+    assert [d.arch for d in planned if d.emulated] == ["applegpu_g14g"] * 2 + ["applegpu_g13s"]
+    assert len(embedded.plan(fleet_selectors("g13s*3,g13s"), native)) == 3
+    with pytest.raises(FarmError, match="asks for 2 twins of this host's own device"):
+        embedded.plan(fleet_selectors("all*2"), native)
+
+
 def test_shipping_leaves_out_vcs_virtualenvs_and_databases(tmp_path):
     for rel in ("pkg/a.py", ".git/config", ".venv/bin/python", "venv/x", "h.db",
                 "bench/results/r.json", "pkg/__pycache__/a.pyc", "bench/run.py"):

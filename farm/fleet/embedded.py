@@ -66,22 +66,28 @@ _SESSION = re.compile(r"(/[^\s=:]*/session_\d{4}-\d\d-\d\d_[\d_-]+)(?=/|\s|$)")
 
 
 def plan(selectors: list[Selector], native: DeviceIdentity | None = None) -> list[DeviceIdentity]:
-    """The devices an embedded fleet needs for ``selectors``, native first, no duplicates."""
+    """The devices an embedded fleet needs for ``selectors``, native first: one per selector,
+    or N twins of it for ``SELECTOR*N`` (emulated: this host has one native device)."""
     native = native or current_device("")
     out: list[DeviceIdentity] = []
     if any(s.matches(native) for s in selectors):
         out.append(native)
     for s in selectors:
-        if s.matches(native):
+        want = getattr(s, "twins", None) or 1
+        have = sum(1 for d in out if s.matches(d))
+        if have >= want:
             continue
+        if s.matches(native):
+            raise FarmError(f"{s.text!r} asks for {want} twins of this host's own device "
+                            f"({native.label}), and an embedded fleet has one: start `farm "
+                            f"agent`s of it and pass --address", EXIT_USAGE)
         target = s.emulation_target()
         if target is None:
             raise FarmError(f"device selector {s.text!r} matches nothing on this host "
                             f"({native.label}) and cannot be emulated: pass --address of a "
                             f"cluster that has one, or use an Apple GPU selector such as g13s",
                             EXIT_USAGE)
-        if all(d.arch != target or not d.emulated for d in out):
-            out.append(emulated_identity(target))
+        out.extend(emulated_identity(target) for _ in range(want - have))
     return out
 
 
