@@ -21,6 +21,13 @@
 #                                  /tmp/h200res, where `suites` picks it up
 #   scripts/h200.sh ncu            there: ncu kernel times of stock and custom at M=8, cold
 #                                  (bench/cuda_verify_ncu.py), CSV into $OUT/ncu.csv
+#   scripts/h200.sh coldsweep ARGS there: bench/cuda_verify_cold_sweep.py, the COLD tiling sweep of
+#                                  mma_weights_a (register pipeline and cp.async ring; ring tiles
+#                                  checked bit for bit), best tiles at M=1/8/16 beside stock,
+#                                  into /tmp/h200res and $OUT
+#   scripts/h200.sh ncucold        there: ncu on stock, the committed tile and the cold sweep's
+#                                  best tile at M=8 (duration, DRAM throughput, occupancy, warp
+#                                  stall reasons, L2 bytes), CSV into $OUT/ncu_cold.csv
 #   scripts/h200.sh sweep ARGS     there: bench/cuda_verify_sweep.py, the HOT-weight tiling sweep
 #                                  and correctness check (ranks tiles; its times overstate speed)
 #   scripts/h200.sh suites         there: numeric-bounds, fingerprint and parity suites under
@@ -112,6 +119,28 @@ case "$cmd" in
       python3 bench/cuda_verify_ncu.py > "$OUT/ncu.csv" 2> "$OUT/ncu.err" || echo "ncu rc $?"
     grep -c dflash2 "$OUT/ncu.csv" || true
     ;;
+  coldsweep)
+    shift
+    export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+    mkdir -p /tmp/h200res
+    status=0
+    timeout "${BENCH_TIMEOUT:-420}" python3 bench/cuda_verify_cold_sweep.py --out /tmp/h200res \
+      "$@" 2>&1 | tee /tmp/h200res/cuda_verify_cold_sweep.log || status=$?
+    cp /tmp/h200res/cuda_verify_cold_sweep.* "$OUT"/
+    exit $status
+    ;;
+  ncucold)
+    export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+    NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    timeout "${NCU_TIMEOUT:-150}" "$NCU" --clock-control none --cache-control all \
+      -k 'regex:qmm|qmv|dflash2' --csv --section SpeedOfLight --section Occupancy \
+      --section LaunchStats --section WarpStateStats \
+      --metrics dram__bytes_read.sum,lts__t_bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active \
+      python3 bench/cuda_verify_ncu.py --cold-sweep /tmp/h200res/cuda_verify_cold_sweep.json \
+      --dtypes "${NCU_DTYPES:-bfloat16}" --reps 1 > "$OUT/ncu_cold.csv" 2> "$OUT/ncu_cold.err" \
+      || echo "ncu rc $?"
+    grep -c dflash2 "$OUT/ncu_cold.csv" || true
+    ;;
   sweep)
     shift
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -140,7 +169,7 @@ case "$cmd" in
       suites/test_selection.py --results-jsonl "$OUT/h200_suites.jsonl" 2>&1 | tee "$OUT/suites.log" | tail -40
     ;;
   *)
-    echo "usage: scripts/h200.sh fetch|stage|install|bench|devtests|hostcost|regen|ncu|sweep|suites" >&2
+    echo "usage: scripts/h200.sh fetch|stage|install|bench|devtests|hostcost|regen|ncu|ncucold|coldsweep|sweep|suites" >&2
     exit 2
     ;;
 esac

@@ -83,6 +83,28 @@ __device__ __forceinline__ void dflash2_mma(float& c0, float& c1, float& c2, flo
 }
 """
 
+# Asynchronous global -> shared copies (sm_80+): 16-byte chunks that skip L1 (streamed weights;
+# L2 fetches the whole 128-byte line, so the next K step of the row is an L2 hit), 4-byte words
+# through L1 (scales and biases: one 32-byte sector serves 8 K steps of a row).
+CP_ASYNC_HEADER = r"""
+__device__ __forceinline__ void dflash2_cp_async16(void* dst, const void* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" :: "r"(d), "l"(src)
+               : "memory");
+}
+__device__ __forceinline__ void dflash2_cp_async4(void* dst, const void* src) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void dflash2_cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int PENDING>
+__device__ __forceinline__ void dflash2_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" :: "n"(PENDING) : "memory");
+}
+"""
+
 # The split-K body shared by both K layouts. LAYOUT_CONTIGUOUS selects which words a lane owns.
 # Constants: M_ROWS, N_TILE, K_GROUPS, VEC, K, N, GS, LAYOUT_CONTIGUOUS; type T (activation).
 # One block per N_TILE output columns, K_GROUPS warps each reducing a contiguous K group.

@@ -17,6 +17,13 @@ LOP3 against a magic exponent (1024 + q in fp16, 128 + q in bf16, both exact), o
 one HFMA2: 1.5 full-rate instructions per weight. Loads of ``unroll`` K steps are issued before
 any is used, for enough bytes in flight to approach the bandwidth bound.
 
+``stages`` >= 2 replaces that register pipeline with a per-warp ring of ``stages`` K steps in
+shared memory filled by ``cp.async`` (16-byte weight chunks, the 4-byte words holding the
+scale and bias): ``stages - 1`` steps of loads are in flight while a step is computed, and they
+hold no registers, so a warp keeps several KiB in flight at full occupancy. Each lane reads
+back only the chunks it copied, so the ring needs no barrier. The math, and so the contract,
+is the same as with ``stages`` = 0.
+
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
 
@@ -26,26 +33,34 @@ import mlx.core as mx
 
 from kernels.qweights import QWeights
 from kernels.tiling import Tiling
+from kernels.variants._cuda_common import CP_ASYNC_HEADER, MMA_HEADER
 from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
-from kernels.variants._cuda_common import MMA_HEADER
 from kernels.variants._portable import split_k
 
 NAME = "mma_weights_a"
 ROWS = None  # 1..16
-DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0}
+DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0, "stages": 0}
 METAL_SOURCE = None
 HEADER = ""
 CUDA_LAYOUT = "mma_weights_a"
 # Half-precision mma operands only; whole 128-value K steps per K group; 16-column A tiles
 # (n_tile % 16) covering N; a lane's 32 values share one scale (group_size % 32); the group
-# sums partial[K_GROUPS][8 * M_TILES][n_tile] must fit 48 KiB of static shared memory.
+# sums partial[K_GROUPS][8 * M_TILES][n_tile] must fit 48 KiB of static shared memory. The
+# cp.async ring (stages >= 2) shares that memory with the partial sums; kernels.cuda checks it
+# fits (24 B per lane per 16 columns per stage and K group).
 CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"),
                      group_multiple=32, positive=("n_tile", "k_groups", "unroll"),
-                     param_choices=(("prefetch", (0, 1)),), param_multiples=(("n_tile", 16),),
+                     param_choices=(("prefetch", (0, 1)), ("stages", (0, 2, 3, 4, 5, 6, 8))),
+                     param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
 
+# Bytes of the cp.async ring per lane, per 16-column tile and stage: two 16-byte weight chunks
+# (columns g and g + 8) and their two 4-byte scale words and two bias words.
+RING_LANE_BYTES = 2 * (16 + 4 + 4)
+
 # Constants: M_ROWS (<= 16), COL_TILES (16-column tiles a warp owns: n_tile / 16), K_GROUPS,
-# UNROLL (K steps of 128 whose loads go out together), PREFETCH, K, N, GS, IS_BF16; type T.
+# UNROLL (K steps of 128 whose loads go out together), PREFETCH, STAGES (0: the register
+# pipeline of UNROLL / PREFETCH; >= 2: the cp.async ring), K, N, GS, IS_BF16; type T.
 # Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for
 # columns n0 + g and n0 + g + 8 one 16-byte load each (4 packed words), and the same 32
 # activations of row g (and g + 8 for a second B tile). Word i of those 4 feeds two mma steps;
@@ -58,10 +73,21 @@ CUDA_SOURCE = r"""
   constexpr int GROUP_STEPS = STEPS / K_GROUPS;
   constexpr int ROW_GROUPS = K / GS;
   constexpr int M_TILES = (M_ROWS + 7) / 8;
+  constexpr int COLS = 16 * COL_TILES;
+  constexpr int PROWS = 8 * M_TILES;
+  constexpr int CT2 = 2 * COL_TILES;  // weight rows a lane loads per K step
+  // Shared memory: the cp.async ring (STAGES > 0) and, after the K loop, the K groups' partial
+  // sums, in one buffer.
+  constexpr int RING_W = STAGES * K_GROUPS * CT2 * 32;  // 16-byte weight chunks
+  constexpr int RING_S = RING_W;                        // 4-byte scale (and bias) words
+  constexpr int RING_BYTES = RING_W * 16 + 2 * RING_S * 4;
+  constexpr int PARTIAL_BYTES = K_GROUPS * PROWS * COLS * 4;
+  constexpr int SMEM_BYTES = RING_BYTES > PARTIAL_BYTES ? RING_BYTES : PARTIAL_BYTES;
+  __shared__ __align__(16) unsigned char smem[SMEM_BYTES];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int n_base = blockIdx.x * (16 * COL_TILES);
+  const int n_base = blockIdx.x * COLS;
   const uint32_t* w32 = reinterpret_cast<const uint32_t*>(w);
   const uint16_t* s16 = reinterpret_cast<const uint16_t*>(scales);
   const uint16_t* b16 = reinterpret_cast<const uint16_t*>(biases);
@@ -73,96 +99,155 @@ CUDA_SOURCE = r"""
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[mt][c][r] = 0.f;
 
-  // One batch: the weight loads of UNROLL K steps, all issued before any is used. The
-  // activations (read by every warp, so L1/L2 hits) are loaded step by step in compute().
-  struct Batch {
-    uint4 wq[UNROLL][COL_TILES][2];
-    uint32_t sc[UNROLL][COL_TILES][2], bi[UNROLL][COL_TILES][2];
-  };
-  auto load = [&](Batch& b, int s0) {
+  // One K step's math: the lane's activations of that step (row g, + 8) from global memory
+  // (read by every warp: L1/L2 hits), then per word 2 dequantized A tiles per column tile and
+  // 2 mma per activation tile.
+  auto mma_step = [&](const uint4 (&wq)[COL_TILES][2], const uint32_t (&sc)[COL_TILES][2],
+                      const uint32_t (&bi)[COL_TILES][2], int step) {
+    uint4 xa[M_TILES][4];
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const int step = warp * GROUP_STEPS + s0 + u;
-      const int word = step * 16 + 4 * t;
+    for (int mt = 0; mt < M_TILES; ++mt) {
+      const int row = 8 * mt + g;
+      const uint4* xp = reinterpret_cast<const uint4*>(x + row * K + step * 128 + 32 * t);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) xa[mt][i] = row < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint32_t bx[M_TILES][4];  // activation pairs (0,4), (1,5), (2,6), (3,7) of word i
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        const uint4 v = xa[mt][i];
+        bx[mt][0] = __byte_perm(v.x, v.z, 0x5410);
+        bx[mt][1] = __byte_perm(v.x, v.z, 0x7632);
+        bx[mt][2] = __byte_perm(v.y, v.w, 0x5410);
+        bx[mt][3] = __byte_perm(v.y, v.w, 0x7632);
+      }
+#pragma unroll
+      for (int c = 0; c < COL_TILES; ++c) {
+        uint32_t a[2][4];  // [column lo/hi][nibble pair]
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint4 v = wq[c][h];
+          const uint32_t q = i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            a[h][j] = dflash2_dequant_pair<IS_BF16>(q >> (4 * j), sc[c][h], bi[c][h]);
+        }
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; ++mt) {
+          dflash2_mma<IS_BF16>(acc[mt][c][0], acc[mt][c][1], acc[mt][c][2], acc[mt][c][3],
+                               a[0][0], a[1][0], a[0][1], a[1][1], bx[mt][0], bx[mt][1]);
+          dflash2_mma<IS_BF16>(acc[mt][c][0], acc[mt][c][1], acc[mt][c][2], acc[mt][c][3],
+                               a[0][2], a[1][2], a[0][3], a[1][3], bx[mt][2], bx[mt][3]);
+        }
+      }
+    }
+  };
+
+  if constexpr (STAGES > 0) {
+    // The cp.async ring: slot [stage][row c * 2 + h][lane] of this warp's region. A lane reads
+    // back only what it copied, so cp.async.wait_group alone orders the ring.
+    uint4* ring_w = reinterpret_cast<uint4*>(smem) + warp * (STAGES * CT2 * 32);
+    uint32_t* ring_s = reinterpret_cast<uint32_t*>(smem + RING_W * 16) +
+                       warp * (STAGES * CT2 * 32);
+    uint32_t* ring_b = ring_s + RING_S;
+    auto issue = [&](int s) {
+      if (s < GROUP_STEPS) {
+        const int slot = (s % STAGES) * CT2 * 32 + lane;
+        const int step = warp * GROUP_STEPS + s;
+        const int word = step * 16 + 4 * t;
+        const int grp = (step * 128 + 32 * t) / GS;
+#pragma unroll
+        for (int c = 0; c < COL_TILES; ++c)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int n = n_base + 16 * c + g + 8 * h;
+            const int at = slot + (2 * c + h) * 32;
+            const int si = (n * ROW_GROUPS + grp) & ~1;  // the aligned word holding it
+            dflash2_cp_async16(ring_w + at, w32 + n * WORDS + word);
+            dflash2_cp_async4(ring_s + at, s16 + si);
+            dflash2_cp_async4(ring_b + at, b16 + si);
+          }
+      }
+      dflash2_cp_async_commit();  // empty groups past the end keep the count uniform
+    };
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) issue(s);
+#pragma unroll 1
+    for (int s = 0; s < GROUP_STEPS; ++s) {
+      dflash2_cp_async_wait<(STAGES > 1 ? STAGES - 2 : 0)>();  // step s has landed
+      const int slot = (s % STAGES) * CT2 * 32 + lane;
+      const int step = warp * GROUP_STEPS + s;
       const int grp = (step * 128 + 32 * t) / GS;
+      uint4 wq[COL_TILES][2];
+      uint32_t sc[COL_TILES][2], bi[COL_TILES][2];
 #pragma unroll
       for (int c = 0; c < COL_TILES; ++c)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
+          const int at = slot + (2 * c + h) * 32;
           const int n = n_base + 16 * c + g + 8 * h;
-          b.wq[u][c][h] = __ldcs(reinterpret_cast<const uint4*>(w32 + n * WORDS + word));
-          const uint32_t sv = s16[n * ROW_GROUPS + grp], bv = b16[n * ROW_GROUPS + grp];
-          b.sc[u][c][h] = sv | (sv << 16);
-          b.bi[u][c][h] = bv | (bv << 16);
+          const int shift = 16 * ((n * ROW_GROUPS + grp) & 1);
+          wq[c][h] = ring_w[at];
+          const uint32_t sv = (ring_s[at] >> shift) & 0xFFFFu;
+          const uint32_t bv = (ring_b[at] >> shift) & 0xFFFFu;
+          sc[c][h] = sv | (sv << 16);
+          bi[c][h] = bv | (bv << 16);
         }
+      issue(s + STAGES - 1);  // into the slot step s - 1 used: already read back
+      mma_step(wq, sc, bi, step);
     }
-  };
-  auto compute = [&](const Batch& b, int s0) {
+    dflash2_cp_async_wait<0>();
+    __syncthreads();  // the partial sums below reuse the ring's memory
+  } else {
+    // One batch: the weight loads of UNROLL K steps, all issued before any is used.
+    struct Batch {
+      uint4 wq[UNROLL][COL_TILES][2];
+      uint32_t sc[UNROLL][COL_TILES][2], bi[UNROLL][COL_TILES][2];
+    };
+    auto load = [&](Batch& b, int s0) {
 #pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      const int step = warp * GROUP_STEPS + s0 + u;
-      uint4 xa[M_TILES][4];
+      for (int u = 0; u < UNROLL; ++u) {
+        const int step = warp * GROUP_STEPS + s0 + u;
+        const int word = step * 16 + 4 * t;
+        const int grp = (step * 128 + 32 * t) / GS;
 #pragma unroll
-      for (int mt = 0; mt < M_TILES; ++mt) {
-        const int row = 8 * mt + g;
-        const uint4* xp = reinterpret_cast<const uint4*>(x + row * K + step * 128 + 32 * t);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) xa[mt][i] = row < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        uint32_t bx[M_TILES][4];  // activation pairs (0,4), (1,5), (2,6), (3,7) of word i
-#pragma unroll
-        for (int mt = 0; mt < M_TILES; ++mt) {
-          const uint4 v = xa[mt][i];
-          bx[mt][0] = __byte_perm(v.x, v.z, 0x5410);
-          bx[mt][1] = __byte_perm(v.x, v.z, 0x7632);
-          bx[mt][2] = __byte_perm(v.y, v.w, 0x5410);
-          bx[mt][3] = __byte_perm(v.y, v.w, 0x7632);
-        }
-#pragma unroll
-        for (int c = 0; c < COL_TILES; ++c) {
-          uint32_t a[2][4];  // [column lo/hi][nibble pair]
+        for (int c = 0; c < COL_TILES; ++c)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const uint4 v = b.wq[u][c][h];
-            const uint32_t q = i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-              a[h][j] = dflash2_dequant_pair<IS_BF16>(q >> (4 * j), b.sc[u][c][h],
-                                                      b.bi[u][c][h]);
+            const int n = n_base + 16 * c + g + 8 * h;
+            b.wq[u][c][h] = __ldcs(reinterpret_cast<const uint4*>(w32 + n * WORDS + word));
+            const uint32_t sv = s16[n * ROW_GROUPS + grp], bv = b16[n * ROW_GROUPS + grp];
+            b.sc[u][c][h] = sv | (sv << 16);
+            b.bi[u][c][h] = bv | (bv << 16);
           }
-#pragma unroll
-          for (int mt = 0; mt < M_TILES; ++mt) {
-            dflash2_mma<IS_BF16>(acc[mt][c][0], acc[mt][c][1], acc[mt][c][2], acc[mt][c][3],
-                                 a[0][0], a[1][0], a[0][1], a[1][1], bx[mt][0], bx[mt][1]);
-            dflash2_mma<IS_BF16>(acc[mt][c][0], acc[mt][c][1], acc[mt][c][2], acc[mt][c][3],
-                                 a[0][2], a[1][2], a[0][3], a[1][3], bx[mt][2], bx[mt][3]);
-          }
-        }
       }
-    }
-  };
-  // PREFETCH: the next batch's loads go out before this batch's math (two batches of
-  // registers), so a warp never waits on memory with nothing to do.
-  Batch cur;
-  load(cur, 0);
-  for (int s0 = 0; s0 < GROUP_STEPS; s0 += UNROLL) {
-    if constexpr (PREFETCH) {
-      Batch nxt;
-      if (s0 + UNROLL < GROUP_STEPS) load(nxt, s0 + UNROLL);
-      compute(cur, s0);
-      cur = nxt;
-    } else {
-      if (s0) load(cur, s0);
-      compute(cur, s0);
+    };
+    auto compute = [&](const Batch& b, int s0) {
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) mma_step(b.wq[u], b.sc[u], b.bi[u],
+                                                warp * GROUP_STEPS + s0 + u);
+    };
+    // PREFETCH: the next batch's loads go out before this batch's math (two batches of
+    // registers), so a warp never waits on memory with nothing to do.
+    Batch cur;
+    load(cur, 0);
+    for (int s0 = 0; s0 < GROUP_STEPS; s0 += UNROLL) {
+      if constexpr (PREFETCH) {
+        Batch nxt;
+        if (s0 + UNROLL < GROUP_STEPS) load(nxt, s0 + UNROLL);
+        compute(cur, s0);
+        cur = nxt;
+      } else {
+        if (s0) load(cur, s0);
+        compute(cur, s0);
+      }
     }
   }
 
   // C tile: rows are output columns (g, g + 8), columns are activation rows (2t, 2t + 1).
-  constexpr int COLS = 16 * COL_TILES;
-  constexpr int PROWS = 8 * M_TILES;
-  __shared__ float partial[K_GROUPS][PROWS][COLS];
+  auto partial = reinterpret_cast<float (*)[PROWS][COLS]>(smem);
 #pragma unroll
   for (int mt = 0; mt < M_TILES; ++mt)
 #pragma unroll
@@ -181,7 +266,7 @@ CUDA_SOURCE = r"""
     y[m * N + n_base + col] = static_cast<T>(total);
   }
 """
-CUDA_HEADER = _CUDA_HEADER + MMA_HEADER + r"""
+CUDA_HEADER = _CUDA_HEADER + MMA_HEADER + CP_ASYNC_HEADER + r"""
 // Nibbles 0 and 4 of ``bits`` as two dequantized activation-type values, low and high:
 // OR-ing a nibble into the mantissa of 1024 (fp16) or 128 (bf16) gives 1024 + q or 128 + q
 // exactly, the subtraction is exact, and the FMA rounds scale * q + bias once.

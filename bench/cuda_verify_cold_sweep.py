@@ -1,0 +1,274 @@
+"""The COLD tiling sweep of ``mma_weights_a`` (register pipeline and cp.async ring) on the H200.
+
+    python bench/cuda_verify_cold_sweep.py --out DIR [--shapes gate_up,down] [--dtypes ...]
+                                           [--budget-s 240]
+
+Unlike bench/cuda_verify_sweep.py (hot weights, graph built inside the timing), every point
+here is timed the way bench/cuda_verify.py times its rows: COLD weights (a different quantized
+copy per launch, rotating over more than 2x the 60 MB L2), a pre-built batch of launches and
+one timed ``mx.eval``, median over batches, against the read-only ceiling (a sum over 4 GiB)
+measured in the same run.
+
+Correctness of every point before it is timed: a cp.async-ring tile (``stages`` >= 2) runs the
+same mma sequence as the register pipeline at the same (n_tile, k_groups), so its output must
+equal that tile's bit for bit (``exact_vs_register``); every point is also held against stock
+(max |diff| / max |y|). The tile chosen per shape and dtype is then checked against the
+portable contract and a float64 reference on a column slice (ulps, as bench/cuda_verify_sweep.py
+does) at M = 1, 8 and 16, and timed at those M beside stock, eager and compiled.
+Writes cuda_verify_cold_sweep.json and .md under --out, after every shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import cuda_verify as cv
+import mlx.core as mx
+
+from dflash2.device import current_device
+from kernels import cuda
+
+NAME = "mma_weights_a"
+# (n_tile, k_groups, unroll, prefetch, stages): the register pipeline's shipped tiles first,
+# then the cp.async ring at 24-48 KiB of shared memory per block.
+POINTS = {
+    "gate_up": [(32, 1, 1, 1, 0), (64, 2, 4, 0, 0), (32, 4, 2, 0, 0),
+                (32, 1, 1, 0, 8), (32, 2, 1, 0, 4), (32, 2, 1, 0, 6), (32, 4, 1, 0, 2),
+                (32, 4, 1, 0, 3), (32, 4, 1, 0, 4), (32, 8, 1, 0, 2), (64, 1, 1, 0, 4),
+                (64, 2, 1, 0, 2), (64, 2, 1, 0, 4), (64, 4, 1, 0, 2), (16, 4, 1, 0, 4),
+                (16, 8, 1, 0, 2), (16, 8, 1, 0, 4), (16, 2, 1, 0, 8)],
+    "down": [(64, 4, 2, 0, 0), (32, 4, 2, 1, 0), (32, 8, 1, 1, 0),
+             (32, 4, 1, 0, 4), (32, 4, 1, 0, 3), (32, 8, 1, 0, 2), (32, 2, 1, 0, 8),
+             (16, 8, 1, 0, 4), (16, 8, 1, 0, 3), (16, 4, 1, 0, 8), (16, 4, 1, 0, 4),
+             (64, 2, 1, 0, 4), (64, 4, 1, 0, 2), (16, 2, 1, 0, 8)],
+}
+KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages")
+
+
+def as_params(pt) -> dict:
+    return dict(zip(KEYS, pt, strict=True))
+
+
+def rel_max(a: mx.array, b: mx.array) -> float:
+    a, b = a.astype(mx.float32), b.astype(mx.float32)
+    return (mx.abs(a - b).max() / mx.abs(b).max()).item()
+
+
+def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
+                deadline: float, final_ms: list[int]) -> dict:
+    from cuda_verify_sweep import check  # the ulps check of the hot sweep, on a column slice
+
+    k, n = cv.SHAPES[op]
+    dt = cv.DTYPES[dt_name]
+    one = cv.make_copies(k, n, dt, 1)[0]
+    count = max(3, math.ceil(cv.COLD_TARGET_BYTES / cv.qbytes(one)))
+    copies = [one] + cv.make_copies(k, n, dt, count - 1, seed=1000)
+    xs = {m: (mx.random.normal((m, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)
+          for m in sorted({8, *final_ms})}
+    mx.eval(list(xs.values()))
+    entry = {"K": k, "N": n, "dtype": dt_name, "cold_copies": count,
+             "cold_working_set_bytes": count * cv.qbytes(one), "points": [], "final": []}
+
+    def floor_us(m: int) -> float:
+        return (cv.qbytes(one) + 2 * m * k + 2 * m * n) / ceiling * 1e6
+
+    def cold_us(fn, x) -> dict:
+        return cv.device_us(lambda i: fn(x, copies[i % len(copies)]), batch, reps)
+
+    x8 = xs[8]
+    ys = cv.stock(x8, one.wq, one.scales, one.biases)
+    stock8 = cold_us(lambda x, q: cv.stock(x, q.wq, q.scales, q.biases), x8)
+    entry["stock_m8_us"] = stock8["us"]
+    print(f"{op} {dt_name} stock M=8 {stock8['us']:.1f} us floor {floor_us(8):.1f} us",
+          flush=True)
+    register_out = {}
+    for pt in POINTS[op]:
+        if time.perf_counter() > deadline:
+            entry["points"].append({**as_params(pt), "skipped": "time budget"})
+            continue
+        p = as_params(pt)
+        row = dict(p)
+        try:
+            y = cuda.launch(NAME, x8, one, p)
+            mx.eval(y)
+            row["rel_vs_stock"] = rel_max(y, ys)
+            key = (p["n_tile"], p["k_groups"])
+            if p["stages"] == 0:
+                register_out.setdefault(key, y)
+            elif key in register_out:
+                row["exact_vs_register"] = bool(mx.array_equal(y, register_out[key]).item())
+            else:  # the register pipeline at this tile, for the bit-for-bit check
+                y0 = cuda.launch(NAME, x8, one, {**p, "stages": 0, "unroll": 1})
+                mx.eval(y0)
+                register_out[key] = y0
+                row["exact_vs_register"] = bool(mx.array_equal(y, y0).item())
+            row["ok"] = row.get("exact_vs_register", True) and row["rel_vs_stock"] < 2e-2
+            t = cold_us(lambda x, q, p=p: cuda.launch(NAME, x, q, p), x8)
+            row.update(us=t["us"], spread_us=[t["min_us"], t["max_us"]],
+                       pct_ceiling=floor_us(8) / t["us"])
+        except (ValueError, RuntimeError) as e:  # a tile that fails is a finding, not a stop
+            row["error"] = str(e)[:300]
+        entry["points"].append(row)
+        print(json.dumps({kk: (round(v, 4) if isinstance(v, float) else v)
+                          for kk, v in row.items()}), flush=True)
+    ok = [r for r in entry["points"] if r.get("ok") and "us" in r]
+    ok.sort(key=lambda r: r["us"])
+    entry["best_m8"] = ok[0] if ok else {}
+    # The best tiles at every M, eager and compiled, beside stock; ulps on a column slice.
+    top = [{kk: r[kk] for kk in KEYS} for r in ok[:3]]
+    for m in final_ms:
+        x = xs[m]
+        row = {"M": m, "floor_us": floor_us(m)}
+        row["stock_us"] = cold_us(lambda x, q: cv.stock(x, q.wq, q.scales, q.biases), x)["us"]
+        cands = []
+        for p in top:
+            if time.perf_counter() > deadline + 60:
+                break
+            try:
+                cands.append((cold_us(lambda x, q, p=p: cuda.launch(NAME, x, q, p), x)["us"], p))
+            except (ValueError, RuntimeError) as e:
+                row.setdefault("errors", []).append(f"{p}: {str(e)[:200]}")
+        if not cands:
+            entry["final"].append(row)
+            continue
+        cands.sort(key=lambda c: c[0])
+        row["candidates"] = [{"us": u, **p} for u, p in cands]
+        us, p = cands[0]
+        custom_c = mx.compile(cv.custom_fn(NAME, p))
+        row.update(params=p, custom_eager_us=us,
+                   custom_compiled_us=cold_us(
+                       lambda x, q, f=custom_c: f(x, q.wq, q.scales, q.biases), x)["us"],
+                   m8_best_params_us=(cands[[c[1] for c in cands].index(top[0])][0]
+                                      if top[0] in [c[1] for c in cands] else None))
+        row["pct_ceiling_eager"] = row["floor_us"] / row["custom_eager_us"]
+        row["pct_ceiling_compiled"] = row["floor_us"] / row["custom_compiled_us"]
+        row["stock_pct_ceiling"] = row["floor_us"] / row["stock_us"]
+        row["compiled_speedup_vs_stock"] = row["stock_us"] / row["custom_compiled_us"]
+        row["eager_speedup_vs_stock"] = row["stock_us"] / row["custom_eager_us"]
+        try:
+            row["check"] = check(NAME, x, one, p)
+        except Exception as e:  # noqa: BLE001 - recorded
+            row["check_error"] = str(e)[:300]
+        entry["final"].append(row)
+        print(json.dumps({kk: (round(v, 4) if isinstance(v, float) else v)
+                          for kk, v in row.items() if kk != "candidates"}), flush=True)
+    mx.clear_cache()
+    return entry
+
+
+def launch_floor(batch: int, reps: int) -> dict:
+    """Per-launch time of launches with next to no work (K=256, N=64, M=8), timed like every
+    point: what each figure includes besides the kernel (launch gaps, MLX's per-op cost)."""
+    (qw,) = cv.make_copies(256, 64, mx.bfloat16, 1)
+    x = (mx.random.normal((8, 256), key=mx.random.key(7))).astype(mx.bfloat16)
+    tiny = mx.zeros((8,))
+    mx.eval(x, tiny)
+    p = {"n_tile": 32, "k_groups": 2, "stages": 2}
+    return {"elementwise_us": cv.device_us(lambda i: tiny + 1.0, batch, reps)["us"],
+            "stock_qmm_us": cv.device_us(
+                lambda i: cv.stock(x, qw.wq, qw.scales, qw.biases), batch, reps)["us"],
+            "mma_weights_a_us": cv.device_us(
+                lambda i: cuda.launch(NAME, x, qw, p), batch, reps)["us"]}
+
+
+def render(res: dict) -> str:
+    c = res["read_ceiling_Bps"]
+    lines = [(f"# mma_weights_a cold sweep on {res['device']['chip']} "
+              f"({res['device']['arch']}, MLX {res['device']['mlx_version']})"), "",
+             (f"Measured {res['measured_at']} by `bench/cuda_verify_cold_sweep.py`. Read-only "
+              f"ceiling (sum over 4 GiB) in the same run: **{c / 1e12:.2f} TB/s**. Cold "
+              "weights (rotating copies > 2x L2), pre-built batches of "
+              f"{res['method']['batch']} launches, median of {res['method']['reps']}. "
+              "% = floor / time, floor = bytes moved / ceiling. Every ring tile (stages >= 2) "
+              "is checked bit for bit against the register pipeline at the same tile."), "",
+             ("Launch floor (the same timing of launches with next to no work, K=256, N=64): "
+              + ", ".join(f"{k.removesuffix('_us')} {v:.1f} µs"
+                          for k, v in res.get("launch_floor", {}).items()) + "."), "",
+             ("| shape | dtype | M | tile (n_tile, k_groups, unroll, prefetch, stages) | "
+              "floor µs | stock µs | custom eager µs | custom compiled µs | stock % | eager % | "
+              "compiled % | compiled speed-up | ulps vs portable | ulps vs f64 (stock) |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for key, e in res["shapes"].items():
+        for r in e["final"]:
+            if "params" not in r:
+                continue
+            p = r["params"]
+            ch = r.get("check", {})
+            lines.append(
+                f"| {key.split('/')[0]} | {e['dtype']} | {r['M']} | "
+                f"{', '.join(str(p[k]) for k in KEYS)} | {r['floor_us']:.1f} | "
+                f"{r['stock_us']:.1f} | {r['custom_eager_us']:.1f} | "
+                f"{r['custom_compiled_us']:.1f} | {r['stock_pct_ceiling']:.0%} | "
+                f"{r['pct_ceiling_eager']:.0%} | {r['pct_ceiling_compiled']:.0%} | "
+                f"{r['compiled_speedup_vs_stock']:.2f}x | "
+                f"{ch.get('ulps_vs_portable', float('nan')):.3f} | "
+                f"{ch.get('ulps_vs_f64', float('nan')):.3f} "
+                f"({ch.get('stock_ulps_vs_f64', float('nan')):.3f}) |")
+    lines += ["", "Every point at M=8 (cold, eager):", "",
+              ("| shape | dtype | n_tile | k_groups | unroll | prefetch | stages | µs | % of "
+               "ceiling | bit-exact vs register | rel vs stock | note |"),
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for key, e in res["shapes"].items():
+        for r in e["points"]:
+            note = r.get("error", r.get("skipped", ""))[:90]
+            lines.append(
+                f"| {key.split('/')[0]} | {e['dtype']} | "
+                + " | ".join(str(r[k]) for k in KEYS)
+                + f" | {cv._f(r.get('us'))} | {cv._f(r.get('pct_ceiling'), '{:.0%}')} | "
+                f"{r.get('exact_vs_register', '-')} | {cv._f(r.get('rel_vs_stock'), '{:.1e}')} "
+                f"| {note} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--shapes", default="gate_up,down")
+    ap.add_argument("--dtypes", default="bfloat16,float16")
+    ap.add_argument("--ms", default="1,8,16")
+    ap.add_argument("--budget-s", type=float, default=240.0,
+                    help="stop timing new M=8 points past this (the final rows still run)")
+    ap.add_argument("--batch", type=int, default=96)
+    ap.add_argument("--reps", type=int, default=7)
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    dev = current_device()
+    print(f"device: {dev}", flush=True)
+    res = {"device": dev.to_json(), "measured_at": time.strftime("%Y-%m-%d %H:%M UTC",
+                                                                   time.gmtime()),
+           "method": {"batch": args.batch, "reps": args.reps,
+                      "cold_target_bytes": cv.COLD_TARGET_BYTES},
+           "profilers": cv.profilers()}
+    res["ceiling"] = cv.read_ceiling(4.0, 5)
+    ceiling = res["read_ceiling_Bps"] = res["ceiling"]["sum_read_only"]["Bps"]
+    print(f"read ceiling {ceiling / 1e12:.2f} TB/s", flush=True)
+    res["launch_floor"] = launch_floor(args.batch, args.reps)
+    print(f"launch floor {res['launch_floor']}", flush=True)
+    res["shapes"] = {}
+    pairs = [(op, dt) for op in args.shapes.split(",") for dt in args.dtypes.split(",")]
+    ms = [int(m) for m in args.ms.split(",")]
+    for i, (op, dt) in enumerate(pairs):
+        # each pair gets an even share of what is left of the budget for its M=8 points
+        left = args.budget_s - (time.perf_counter() - t0)
+        deadline = time.perf_counter() + max(5.0, left / (len(pairs) - i)) * 0.8
+        res["shapes"][f"{op}/{dt}"] = sweep_shape(op, dt, ceiling, args.batch, args.reps,
+                                                  deadline, ms)
+        (out / "cuda_verify_cold_sweep.json").write_text(json.dumps(res, indent=1))
+        (out / "cuda_verify_cold_sweep.md").write_text(render(res))
+        print(f"elapsed {time.perf_counter() - t0:.0f} s", flush=True)
+    print(render(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
