@@ -4,7 +4,6 @@ either side fails."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 from pathlib import Path
@@ -91,12 +90,11 @@ def _json(*args: str, db: str | None = None):
 def _devices_json(monkeypatch) -> list[dict]:
     """`farm devices --json` with the Ray layer stood in for (no cluster in this test): the
     rows are assembled by the command itself."""
-    from farm.fleet import cluster, health, shipping
+    from farm.fleet import cluster, health
     from farm.fleet import devices as fleet
 
     dev = fleet.Device("n" * 16, "mac-1", "10.0.0.1", "applegpu_g13s", 13, "s", "metal", False,
                        "Apple M1 Max", "0.32.4", False)
-    monkeypatch.setattr(shipping, "staged_tree", lambda root: contextlib.nullcontext(root))
     monkeypatch.setattr(cluster, "connect", lambda address, env=None: None)
     monkeypatch.setattr(cluster, "disconnect", lambda: None)
     monkeypatch.setattr(fleet, "live_devices", lambda *a, **k: [dev])
