@@ -37,24 +37,28 @@ from dflash2.device import current_device
 from kernels import cuda
 
 NAME = "mma_weights_a"
-# (n_tile, k_groups, unroll, prefetch, stages): the register pipeline's shipped tiles first,
-# then the cp.async ring at 24-48 KiB of shared memory per block.
+# (n_tile, k_groups, unroll, prefetch, stages[, l2_prefetch]): the register pipeline's shipped
+# tiles first, then the cp.async ring at 12-48 KiB of shared memory per block.
 POINTS = {
     "gate_up": [(32, 1, 1, 1, 0), (64, 2, 4, 0, 0), (32, 4, 2, 0, 0),
                 (32, 1, 1, 0, 8), (32, 2, 1, 0, 4), (32, 2, 1, 0, 6), (32, 4, 1, 0, 2),
-                (32, 4, 1, 0, 3), (32, 4, 1, 0, 4), (32, 8, 1, 0, 2), (64, 1, 1, 0, 4),
-                (64, 2, 1, 0, 2), (64, 2, 1, 0, 4), (64, 4, 1, 0, 2), (16, 4, 1, 0, 4),
-                (16, 8, 1, 0, 2), (16, 8, 1, 0, 4), (16, 2, 1, 0, 8)],
+                (32, 4, 1, 0, 3), (64, 2, 1, 0, 4), (64, 4, 1, 0, 2), (16, 4, 1, 0, 4),
+                (16, 2, 1, 0, 8), (16, 1, 1, 0, 8), (16, 4, 1, 0, 2), (16, 2, 1, 0, 4),
+                (32, 2, 1, 0, 6, 256), (32, 4, 1, 0, 3, 256), (16, 2, 1, 0, 8, 256),
+                (16, 4, 1, 0, 4, 256)],
     "down": [(64, 4, 2, 0, 0), (32, 4, 2, 1, 0), (32, 8, 1, 1, 0),
              (32, 4, 1, 0, 4), (32, 4, 1, 0, 3), (32, 8, 1, 0, 2), (32, 2, 1, 0, 8),
-             (16, 8, 1, 0, 4), (16, 8, 1, 0, 3), (16, 4, 1, 0, 8), (16, 4, 1, 0, 4),
-             (64, 2, 1, 0, 4), (64, 4, 1, 0, 2), (16, 2, 1, 0, 8)],
+             (16, 8, 1, 0, 4), (16, 8, 1, 0, 3), (16, 8, 1, 0, 2), (16, 4, 1, 0, 8),
+             (16, 4, 1, 0, 4), (16, 2, 1, 0, 8), (64, 4, 1, 0, 2),
+             (16, 8, 1, 0, 4, 256), (16, 4, 1, 0, 8, 256), (32, 4, 1, 0, 4, 256)],
 }
-KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages")
+# Ring tiles are chosen so that every block is resident at once (one wave): blocks per SM are
+# bounded by 228 KiB / (ring + 1 KiB) and by 64 warps, and N / n_tile blocks must fit 132 SMs.
+KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch")
 
 
 def as_params(pt) -> dict:
-    return dict(zip(KEYS, pt, strict=True))
+    return dict(zip(KEYS, (*pt, 128)[:len(KEYS)], strict=True))
 
 
 def rel_max(a: mx.array, b: mx.array) -> float:
@@ -164,6 +168,24 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
     return entry
 
 
+def smoke() -> int:
+    bad = 0
+    for op in ("gate_up", "down"):
+        k, n = cv.SHAPES[op]
+        (qw,) = cv.make_copies(k, n, mx.bfloat16, 1)
+        for m in (8, 16):
+            x = (mx.random.normal((m, k), key=mx.random.key(7)) / k ** 0.25).astype(mx.bfloat16)
+            for pt in ((16, 2, 1, 0, 8), (32, 4, 1, 0, 3)):
+                p = as_params(pt)
+                y = cuda.launch(NAME, x, qw, p)
+                y0 = cuda.launch(NAME, x, qw, {**p, "stages": 0})
+                same = mx.array_equal(y, y0).item()
+                print(f"smoke {op} M={m} {p}: bit-exact {same}, rel vs stock "
+                      f"{rel_max(y, cv.stock(x, qw.wq, qw.scales, qw.biases)):.2e}", flush=True)
+                bad += not same
+    return 1 if bad else 0
+
+
 def launch_floor(batch: int, reps: int) -> dict:
     """Per-launch time of launches with next to no work (K=256, N=64, M=8), timed like every
     point: what each figure includes besides the kernel (launch gaps, MLX's per-op cost)."""
@@ -192,7 +214,7 @@ def render(res: dict) -> str:
              ("Launch floor (the same timing of launches with next to no work, K=256, N=64): "
               + ", ".join(f"{k.removesuffix('_us')} {v:.1f} µs"
                           for k, v in res.get("launch_floor", {}).items()) + "."), "",
-             ("| shape | dtype | M | tile (n_tile, k_groups, unroll, prefetch, stages) | "
+             ("| shape | dtype | M | tile (n_tile, k_groups, unroll, prefetch, stages, l2_prefetch) | "
               "floor µs | stock µs | custom eager µs | custom compiled µs | stock % | eager % | "
               "compiled % | compiled speed-up | ulps vs portable | ulps vs f64 (stock) |"),
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -213,9 +235,9 @@ def render(res: dict) -> str:
                 f"{ch.get('ulps_vs_f64', float('nan')):.3f} "
                 f"({ch.get('stock_ulps_vs_f64', float('nan')):.3f}) |")
     lines += ["", "Every point at M=8 (cold, eager):", "",
-              ("| shape | dtype | n_tile | k_groups | unroll | prefetch | stages | µs | % of "
-               "ceiling | bit-exact vs register | rel vs stock | note |"),
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              ("| shape | dtype | n_tile | k_groups | unroll | prefetch | stages | l2_prefetch | "
+               "µs | % of ceiling | bit-exact vs register | rel vs stock | note |"),
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, e in res["shapes"].items():
         for r in e["points"]:
             note = r.get("error", r.get("skipped", ""))[:90]
@@ -236,9 +258,20 @@ def main(argv=None) -> int:
     ap.add_argument("--ms", default="1,8,16")
     ap.add_argument("--budget-s", type=float, default=240.0,
                     help="stop timing new M=8 points past this (the final rows still run)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="only launch two ring tiles per shape at M=8 and 16 and check them bit "
+                         "for bit against the register pipeline (exit 1 if they differ): run "
+                         "it first, in its own process, so a faulting ring cannot take the "
+                         "sweep's CUDA context down with it")
+    ap.add_argument("--no-ring", action="store_true", help="register-pipeline tiles only")
     ap.add_argument("--batch", type=int, default=96)
     ap.add_argument("--reps", type=int, default=7)
     args = ap.parse_args(argv)
+    if args.smoke:
+        return smoke()
+    if args.no_ring:
+        for op, pts in list(POINTS.items()):
+            POINTS[op] = [pt for pt in pts if pt[4] == 0]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -44,7 +44,7 @@ def main(argv=None) -> int:
             best = ((cold or {}).get("shapes", {}).get(f"{op}/{dt_name}") or {}).get("best_m8")
             if best:
                 p = {key: best[key] for key in ("n_tile", "k_groups", "unroll", "prefetch",
-                                                "stages")}
+                                                "stages", "l2_prefetch")}
                 paths.append((f"cold-best {p}", cv.custom_fn("mma_weights_a", p)))
             x = (mx.random.normal((8, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)
             mx.eval(x)

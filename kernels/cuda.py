@@ -75,7 +75,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
             f"{p}: its cp.async ring ({ring} B) exceeds the 48 KiB of static shared memory")
     return LaunchConfig({"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups,
                          "UNROLL": unroll, "PREFETCH": bool(int(p["prefetch"])),
-                         "STAGES": stages,
+                         "STAGES": stages, "L2_PREFETCH": int(p.get("l2_prefetch", 128)),
                          "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"},
                         (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype)
 

@@ -124,8 +124,12 @@ case "$cmd" in
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
     mkdir -p /tmp/h200res
     status=0
+    # The ring tiles first in a process of their own: if they fault or differ, sweep without.
+    ring=""
+    timeout 120 python3 bench/cuda_verify_cold_sweep.py --out /tmp/h200res --smoke 2>&1 \
+      | tee /tmp/h200res/cuda_verify_cold_sweep_smoke.log || ring="--no-ring"
     timeout "${BENCH_TIMEOUT:-420}" python3 bench/cuda_verify_cold_sweep.py --out /tmp/h200res \
-      "$@" 2>&1 | tee /tmp/h200res/cuda_verify_cold_sweep.log || status=$?
+      $ring "$@" 2>&1 | tee /tmp/h200res/cuda_verify_cold_sweep.log || status=$?
     cp /tmp/h200res/cuda_verify_cold_sweep.* "$OUT"/
     exit $status
     ;;

@@ -84,16 +84,30 @@ __device__ __forceinline__ void dflash2_mma(float& c0, float& c1, float& c2, flo
 """
 
 # Asynchronous global -> shared copies (sm_80+): 16-byte chunks that skip L1 (streamed weights;
-# L2 fetches the whole 128-byte line, so the next K step of the row is an L2 hit), 4-byte words
+# L2 fetches 128 or 256 bytes of the row, so the next K steps of the row are L2 hits), 4-byte words
 # through L1 (scales and biases: one 32-byte sector serves 8 K steps of a row).
 CP_ASYNC_HEADER = r"""
+// A shared-memory address for cp.async (PTX, so nothing depends on NVRTC's implicit headers).
+__device__ __forceinline__ unsigned dflash2_smem_addr(const void* p) {
+  unsigned a;
+  asm("{ .reg .u64 u; cvta.to.shared.u64 u, %1; cvt.u32.u64 %0, u; }" : "=r"(a) : "l"(p));
+  return a;
+}
+// L2_BYTES: the L2 prefetch size hint (128 or 256): how much of the row around the chunk L2
+// fetches from DRAM at once.
+template <int L2_BYTES>
 __device__ __forceinline__ void dflash2_cp_async16(void* dst, const void* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" :: "r"(d), "l"(src)
-               : "memory");
+  const unsigned d = dflash2_smem_addr(dst);
+  if constexpr (L2_BYTES == 256) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;\n" :: "r"(d), "l"(src)
+                 : "memory");
+  } else {
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\n" :: "r"(d), "l"(src)
+                 : "memory");
+  }
 }
 __device__ __forceinline__ void dflash2_cp_async4(void* dst, const void* src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const unsigned d = dflash2_smem_addr(dst);
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(d), "l"(src) : "memory");
 }
 __device__ __forceinline__ void dflash2_cp_async_commit() {

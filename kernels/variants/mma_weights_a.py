@@ -19,7 +19,8 @@ any is used, for enough bytes in flight to approach the bandwidth bound.
 
 ``stages`` >= 2 replaces that register pipeline with a per-warp ring of ``stages`` K steps in
 shared memory filled by ``cp.async`` (16-byte weight chunks, the 4-byte words holding the
-scale and bias): ``stages - 1`` steps of loads are in flight while a step is computed, and they
+scale and bias; ``l2_prefetch`` is the L2 fetch size hint of the weight copies, 128 or 256
+bytes of the row): ``stages - 1`` steps of loads are in flight while a step is computed, and they
 hold no registers, so a warp keeps several KiB in flight at full occupancy. Each lane reads
 back only the chunks it copied, so the ring needs no barrier. The math, and so the contract,
 is the same as with ``stages`` = 0.
@@ -39,7 +40,8 @@ from kernels.variants._portable import split_k
 
 NAME = "mma_weights_a"
 ROWS = None  # 1..16
-DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0, "stages": 0}
+DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0, "stages": 0,
+            "l2_prefetch": 128}
 METAL_SOURCE = None
 HEADER = ""
 CUDA_LAYOUT = "mma_weights_a"
@@ -50,7 +52,8 @@ CUDA_LAYOUT = "mma_weights_a"
 # fits (24 B per lane per 16 columns per stage and K group).
 CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"),
                      group_multiple=32, positive=("n_tile", "k_groups", "unroll"),
-                     param_choices=(("prefetch", (0, 1)), ("stages", (0, 2, 3, 4, 5, 6, 8))),
+                     param_choices=(("prefetch", (0, 1)), ("stages", (0, 2, 3, 4, 5, 6, 8)),
+                                    ("l2_prefetch", (128, 256))),
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
 
@@ -60,7 +63,8 @@ RING_LANE_BYTES = 2 * (16 + 4 + 4)
 
 # Constants: M_ROWS (<= 16), COL_TILES (16-column tiles a warp owns: n_tile / 16), K_GROUPS,
 # UNROLL (K steps of 128 whose loads go out together), PREFETCH, STAGES (0: the register
-# pipeline of UNROLL / PREFETCH; >= 2: the cp.async ring), K, N, GS, IS_BF16; type T.
+# pipeline of UNROLL / PREFETCH; >= 2: the cp.async ring), L2_PREFETCH (the ring's L2
+# prefetch hint, 128 or 256 bytes), K, N, GS, IS_BF16; type T.
 # Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for
 # columns n0 + g and n0 + g + 8 one 16-byte load each (4 packed words), and the same 32
 # activations of row g (and g + 8 for a second B tile). Word i of those 4 feeds two mma steps;
@@ -165,7 +169,7 @@ CUDA_SOURCE = r"""
             const int n = n_base + 16 * c + g + 8 * h;
             const int at = slot + (2 * c + h) * 32;
             const int si = (n * ROW_GROUPS + grp) & ~1;  // the aligned word holding it
-            dflash2_cp_async16(ring_w + at, w32 + n * WORDS + word);
+            dflash2_cp_async16<L2_PREFETCH>(ring_w + at, w32 + n * WORDS + word);
             dflash2_cp_async4(ring_s + at, s16 + si);
             dflash2_cp_async4(ring_b + at, b16 + si);
           }
