@@ -26,8 +26,8 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from farm.errors import FarmError
+from farm.fleet.device_env import job_env
 from farm.fleet.shipping import job_tree
-from farm.runner.device_job import job_env
 from farm.tempdirs import owned_tmpdir
 
 REMOTE_S = 90.0  # deadline for a fleet's checks, Ray scheduling included

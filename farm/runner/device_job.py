@@ -34,8 +34,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from dflash2.runtime_context import without_dispatch_env
 from farm.errors import FarmError
+from farm.fleet.device_env import job_env
 from farm.fleet.shipping import job_tree
 from farm.runner.pytest_progress import ENV_COLLECTED, ENV_PARENT, ENV_STARTED
 from farm.runner.shard_queue import Client  # at import: Ray's working dir may be gone mid-job
@@ -46,28 +46,7 @@ POLL_S = 0.1
 HANG_GRACE_S = 10.0  # after --timeout, how long a test may ignore SIGALRM before it is killed
 MAX_RESTARTS = 1000
 LOG_TAIL = 2000
-ENV_ARCH = "DFLASH2_DEVICE_ARCH"  # dflash2.device.ENV_ARCH, without importing MLX here
 _TIMEOUT_MSG = re.compile(r"\bTimeout\b.*>\s*[\d.]+\s*s", re.IGNORECASE)
-
-
-def job_env(device: dict, workdir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The subprocess environment: the shipped tree first on the path, the device's emulation.
-
-    Plugin autoloading is off so every device loads the same plugins (the farm's), whatever else
-    its environment has installed.
-    """
-    # Exactly the run's DFLASH2_* variables (``extra``, as recorded with the run), not leftovers
-    # of the node's own environment; node-local ones (its arch, toolchain) stay.
-    env = without_dispatch_env(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(workdir), env.get("PYTHONPATH")) if p)
-    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    if device.get("emulated"):
-        env[ENV_ARCH] = device["arch"]
-    else:
-        env.pop(ENV_ARCH, None)
-    env.update(extra or {})
-    return env
 
 
 def _die_with_parent() -> None:
