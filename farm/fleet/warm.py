@@ -126,7 +126,7 @@ def _write(fleet: WarmFleet, path: Path) -> None:
 
 
 def _psutil():
-    from farm.fleet.embedded import _psutil as ps
+    from farm.fleet.reaping import psutil_module as ps
 
     return ps()
 
@@ -158,7 +158,7 @@ def problem(fleet: WarmFleet) -> str | None:
 
 
 def _processes(fleet: WarmFleet) -> list:
-    from farm.fleet.embedded import fleet_processes
+    from farm.fleet.reaping import fleet_processes
 
     if not fleet.fleet_id:
         return []
@@ -173,7 +173,7 @@ def _processes(fleet: WarmFleet) -> list:
 
 def _kill_all(fleet: WarmFleet) -> tuple[int, list[int]]:
     """Kill every process of the fleet (keeper included); (how many, pids left alive)."""
-    from farm.fleet.embedded import kill_fleet
+    from farm.fleet.reaping import kill_fleet
 
     before = {p.pid for p in _processes(fleet)}
     keeper = _keeper(fleet)
@@ -291,7 +291,7 @@ def _spawn(planned, timeout: float) -> WarmFleet:
     nonce = secrets.token_hex(8)
     log = path.with_name("fleet.log")
     root = Path(__file__).resolve().parent.parent.parent
-    from farm.fleet.embedded import ENV_FLEET
+    from farm.fleet.reaping import ENV_FLEET
 
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
@@ -379,22 +379,22 @@ def keep(path: Path, nonce: str, devices: list[dict]) -> int:
     GCS to stop answering), kill the fleet, remove the record. (Signals are handled, not
     blocked: a blocked mask would be inherited by every Ray process it starts.)"""
     from dflash2.device import DeviceIdentity
-    from farm.fleet import embedded
+    from farm.fleet import embedded, reaping
     from farm.fleet.cluster import use_token_auth
     from farm.tempdirs import owned_tmpdir
 
     stopping: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, frame: stopping.append(signum))
-    fleet_id = os.environ.get(embedded.ENV_FLEET) or secrets.token_hex(8)
+    fleet_id = os.environ.get(reaping.ENV_FLEET) or secrets.token_hex(8)
     token = secrets.token_hex(32)
-    os.environ[embedded.ENV_FLEET] = fleet_id
-    embedded._child_subreaper(True)
+    os.environ[reaping.ENV_FLEET] = fleet_id
+    reaping.child_subreaper(True)
     use_token_auth(token)
     idents = [DeviceIdentity(**d) for d in devices]
     base = owned_tmpdir(embedded.TEMP_PREFIX)
     fleet = None
-    watchdog = embedded.start_watchdog(base)  # noqa: F841 -- lives as long as the fleet
+    watchdog = reaping.start_watchdog(base)  # noqa: F841 -- lives as long as the fleet
     try:
         with embedded.single_host_ray():
             address, nodes = embedded.start_local_fleet(idents, base)
@@ -409,7 +409,7 @@ def keep(path: Path, nonce: str, devices: list[dict]) -> int:
         misses, tick = 0, time.monotonic()
         while not stopping:
             time.sleep(0.1)  # a signal cuts it short
-            embedded._reap()  # orphans of the fleet are this subreaper's to collect
+            reaping.reap()  # orphans of the fleet are this subreaper's to collect
             if time.monotonic() - tick >= WATCH_S:
                 tick = time.monotonic()
                 misses = 0 if embedded._answers(port) else misses + 1
@@ -422,7 +422,7 @@ def keep(path: Path, nonce: str, devices: list[dict]) -> int:
         print(f"error: {e}", flush=True)
         return e.exit_code
     finally:
-        embedded.kill_fleet(fleet_id, roots={str(base)})
+        reaping.kill_fleet(fleet_id, roots={str(base)})
         if fleet is not None:
             _remove(fleet)
         shutil.rmtree(base, ignore_errors=True)
