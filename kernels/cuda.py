@@ -62,13 +62,16 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     """``unroll`` shrinks to the largest of 4, 2, 1 not above the request that divides a
     group's K steps (the tiling guarantees whole 128-value steps per group). ``stages`` >= 2
     (the cp.async ring) must fit the block's 48 KiB of static shared memory: k_groups warps
-    x stages x 32 lanes x ``RING_LANE_BYTES`` per 16-column tile."""
+    x stages x 32 lanes x (``RING_LANE_BYTES`` per 16-column tile, plus with ``x_early``
+    ``RING_LANE_X_BYTES`` per 8 activation rows)."""
     n_tile, k_groups = int(p["n_tile"]), int(p["k_groups"])
     group_steps = k // 128 // k_groups
     want = int(p["unroll"])
     unroll = next(u for u in (4, 2, 1) if u <= want and group_steps % u == 0)
-    stages = int(p.get("stages", 0))
-    ring = k_groups * stages * 32 * (n_tile // 16) * VARIANTS[name].RING_LANE_BYTES
+    stages, x_early = int(p.get("stages", 0)), int(p.get("x_early", 0))
+    v = VARIANTS[name]
+    ring = k_groups * stages * 32 * ((n_tile // 16) * v.RING_LANE_BYTES
+                                     + x_early * -(-m // 8) * v.RING_LANE_X_BYTES)
     if ring > tiling.MEMORY["cuda"][0]:
         raise tiling.TilingError(
             f"{name} does not tile M={m}, K={k}, N={n}, {dtype}, group_size={group_size} with "
@@ -76,6 +79,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     return LaunchConfig({"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups,
                          "UNROLL": unroll, "PREFETCH": bool(int(p["prefetch"])),
                          "STAGES": stages, "L2_PREFETCH": int(p.get("l2_prefetch", 128)),
+                         "X_EARLY": bool(x_early),
                          "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"},
                         (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype)
 

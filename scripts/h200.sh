@@ -25,9 +25,12 @@
 #                                  mma_weights_a (register pipeline and cp.async ring; ring tiles
 #                                  checked bit for bit), best tiles at M=1/8/16 beside stock,
 #                                  into /tmp/h200res and $OUT
-#   scripts/h200.sh ncucold        there: ncu on stock, the committed tile and the cold sweep's
+#   scripts/h200.sh ncucold ARGS   there: ncu on stock, the committed tile and the cold sweep's
 #                                  best tile at M=8 (duration, DRAM throughput, occupancy, warp
-#                                  stall reasons, L2 bytes), CSV into $OUT/ncu_cold.csv
+#                                  stall reasons, L2 bytes), CSV into $OUT/ncu_cold.csv and a
+#                                  table into $OUT/ncu_cold.md; ARGS go to cuda_verify_ncu.py
+#                                  (--points: every tile of the cold sweep, each launch ALONE:
+#                                  the batched sweep lets independent launches overlap)
 #   scripts/h200.sh sweep ARGS     there: bench/cuda_verify_sweep.py, the HOT-weight tiling sweep
 #                                  and correctness check (ranks tiles; its times overstate speed)
 #   scripts/h200.sh suites         there: numeric-bounds, fingerprint and parity suites under
@@ -134,6 +137,7 @@ case "$cmd" in
     exit $status
     ;;
   ncucold)
+    shift
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
     NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     timeout "${NCU_TIMEOUT:-150}" "$NCU" --clock-control none --cache-control all \
@@ -141,9 +145,9 @@ case "$cmd" in
       --section LaunchStats --section WarpStateStats \
       --metrics dram__bytes_read.sum,lts__t_bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active \
       python3 bench/cuda_verify_ncu.py --cold-sweep /tmp/h200res/cuda_verify_cold_sweep.json \
-      --dtypes "${NCU_DTYPES:-bfloat16}" --reps 1 > "$OUT/ncu_cold.csv" 2> "$OUT/ncu_cold.err" \
-      || echo "ncu rc $?"
-    grep -c dflash2 "$OUT/ncu_cold.csv" || true
+      --dtypes "${NCU_DTYPES:-bfloat16}" --reps 1 "$@" > "$OUT/ncu_cold.csv" \
+      2> "$OUT/ncu_cold.err" || echo "ncu rc $?"
+    python3 bench/cuda_verify_ncu.py --summarize "$OUT/ncu_cold.csv" | tee "$OUT/ncu_cold.md"
     ;;
   sweep)
     shift

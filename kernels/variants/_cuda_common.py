@@ -106,6 +106,11 @@ __device__ __forceinline__ void dflash2_cp_async16(void* dst, const void* src) {
                  : "memory");
   }
 }
+// 16 bytes through L1 (activations: read by every warp of the SM).
+__device__ __forceinline__ void dflash2_cp_async16_ca(void* dst, const void* src) {
+  const unsigned d = dflash2_smem_addr(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" :: "r"(d), "l"(src) : "memory");
+}
 __device__ __forceinline__ void dflash2_cp_async4(void* dst, const void* src) {
   const unsigned d = dflash2_smem_addr(dst);
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" :: "r"(d), "l"(src) : "memory");

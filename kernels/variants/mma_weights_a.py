@@ -23,7 +23,8 @@ scale and bias; ``l2_prefetch`` is the L2 fetch size hint of the weight copies, 
 bytes of the row): ``stages - 1`` steps of loads are in flight while a step is computed, and they
 hold no registers, so a warp keeps several KiB in flight at full occupancy. Each lane reads
 back only the chunks it copied, so the ring needs no barrier. The math, and so the contract,
-is the same as with ``stages`` = 0.
+is the same as with ``stages`` = 0. ``x_early`` = 1 loads each K step's activations with its
+weights (into the register batch, or through the ring) instead of just before the step's math.
 
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
@@ -41,7 +42,7 @@ from kernels.variants._portable import split_k
 NAME = "mma_weights_a"
 ROWS = None  # 1..16
 DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0, "stages": 0,
-            "l2_prefetch": 128}
+            "l2_prefetch": 128, "x_early": 0}
 METAL_SOURCE = None
 HEADER = ""
 CUDA_LAYOUT = "mma_weights_a"
@@ -53,18 +54,22 @@ CUDA_LAYOUT = "mma_weights_a"
 CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"),
                      group_multiple=32, positive=("n_tile", "k_groups", "unroll"),
                      param_choices=(("prefetch", (0, 1)), ("stages", (0, 2, 3, 4, 5, 6, 8)),
-                                    ("l2_prefetch", (128, 256))),
+                                    ("l2_prefetch", (128, 256)), ("x_early", (0, 1))),
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
 
 # Bytes of the cp.async ring per lane, per 16-column tile and stage: two 16-byte weight chunks
-# (columns g and g + 8) and their two 4-byte scale words and two bias words.
+# (columns g and g + 8) and their two 4-byte scale words and two bias words; with x_early, per
+# 8 activation rows and stage, four 16-byte activation chunks.
 RING_LANE_BYTES = 2 * (16 + 4 + 4)
+RING_LANE_X_BYTES = 4 * 16
 
 # Constants: M_ROWS (<= 16), COL_TILES (16-column tiles a warp owns: n_tile / 16), K_GROUPS,
 # UNROLL (K steps of 128 whose loads go out together), PREFETCH, STAGES (0: the register
 # pipeline of UNROLL / PREFETCH; >= 2: the cp.async ring), L2_PREFETCH (the ring's L2
-# prefetch hint, 128 or 256 bytes), K, N, GS, IS_BF16; type T.
+# prefetch hint, 128 or 256 bytes), X_EARLY (activations loaded with the weights: in the
+# register batch, or through the ring; else step by step before the math), K, N, GS, IS_BF16;
+# type T.
 # Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for
 # columns n0 + g and n0 + g + 8 one 16-byte load each (4 packed words), and the same 32
 # activations of row g (and g + 8 for a second B tile). Word i of those 4 feeds two mma steps;
@@ -82,9 +87,11 @@ CUDA_SOURCE = r"""
   constexpr int CT2 = 2 * COL_TILES;  // weight rows a lane loads per K step
   // Shared memory: the cp.async ring (STAGES > 0) and, after the K loop, the K groups' partial
   // sums, in one buffer.
+  constexpr int XQ = X_EARLY ? 4 * M_TILES : 0;         // 16-byte activation chunks a step
   constexpr int RING_W = STAGES * K_GROUPS * CT2 * 32;  // 16-byte weight chunks
+  constexpr int RING_X = STAGES * K_GROUPS * XQ * 32;   // 16-byte activation chunks
   constexpr int RING_S = RING_W;                        // 4-byte scale (and bias) words
-  constexpr int RING_BYTES = RING_W * 16 + 2 * RING_S * 4;
+  constexpr int RING_BYTES = (RING_W + RING_X) * 16 + 2 * RING_S * 4;
   constexpr int PARTIAL_BYTES = K_GROUPS * PROWS * COLS * 4;
   constexpr int SMEM_BYTES = RING_BYTES > PARTIAL_BYTES ? RING_BYTES : PARTIAL_BYTES;
   __shared__ __align__(16) unsigned char smem[SMEM_BYTES];
@@ -103,12 +110,9 @@ CUDA_SOURCE = r"""
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[mt][c][r] = 0.f;
 
-  // One K step's math: the lane's activations of that step (row g, + 8) from global memory
-  // (read by every warp: L1/L2 hits), then per word 2 dequantized A tiles per column tile and
-  // 2 mma per activation tile.
-  auto mma_step = [&](const uint4 (&wq)[COL_TILES][2], const uint32_t (&sc)[COL_TILES][2],
-                      const uint32_t (&bi)[COL_TILES][2], int step) {
-    uint4 xa[M_TILES][4];
+  // The lane's activations of one K step (row g, + 8; zeros past M) from global memory (read by
+  // every warp: L1/L2 hits).
+  auto load_x = [&](uint4 (&xa)[M_TILES][4], int step) {
 #pragma unroll
     for (int mt = 0; mt < M_TILES; ++mt) {
       const int row = 8 * mt + g;
@@ -116,6 +120,11 @@ CUDA_SOURCE = r"""
 #pragma unroll
       for (int i = 0; i < 4; ++i) xa[mt][i] = row < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
     }
+  };
+  // One K step's math: per word 2 dequantized A tiles per column tile and 2 mma per activation
+  // tile.
+  auto mma_math = [&](const uint4 (&wq)[COL_TILES][2], const uint32_t (&sc)[COL_TILES][2],
+                      const uint32_t (&bi)[COL_TILES][2], const uint4 (&xa)[M_TILES][4]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       uint32_t bx[M_TILES][4];  // activation pairs (0,4), (1,5), (2,6), (3,7) of word i
@@ -153,7 +162,9 @@ CUDA_SOURCE = r"""
     // The cp.async ring: slot [stage][row c * 2 + h][lane] of this warp's region. A lane reads
     // back only what it copied, so cp.async.wait_group alone orders the ring.
     uint4* ring_w = reinterpret_cast<uint4*>(smem) + warp * (STAGES * CT2 * 32);
-    uint32_t* ring_s = reinterpret_cast<uint32_t*>(smem + RING_W * 16) +
+    uint4* ring_x = reinterpret_cast<uint4*>(smem + RING_W * 16) +
+                    warp * (STAGES * XQ * 32);
+    uint32_t* ring_s = reinterpret_cast<uint32_t*>(smem + (RING_W + RING_X) * 16) +
                        warp * (STAGES * CT2 * 32);
     uint32_t* ring_b = ring_s + RING_S;
     auto issue = [&](int s) {
@@ -173,6 +184,19 @@ CUDA_SOURCE = r"""
             dflash2_cp_async4(ring_s + at, s16 + si);
             dflash2_cp_async4(ring_b + at, b16 + si);
           }
+        if constexpr (X_EARLY) {  // the step's activations too (rows past M stay unread)
+          const int xslot = (s % STAGES) * XQ * 32 + lane;
+#pragma unroll
+          for (int mt = 0; mt < M_TILES; ++mt) {
+            const int row = 8 * mt + g;
+            if (row < M_ROWS) {
+              const T* xp = x + row * K + step * 128 + 32 * t;
+#pragma unroll
+              for (int i = 0; i < 4; ++i)
+                dflash2_cp_async16_ca(ring_x + xslot + (4 * mt + i) * 32, xp + 8 * i);
+            }
+          }
+        }
       }
       dflash2_cp_async_commit();  // empty groups past the end keep the count uniform
     };
@@ -199,16 +223,29 @@ CUDA_SOURCE = r"""
           sc[c][h] = sv | (sv << 16);
           bi[c][h] = bv | (bv << 16);
         }
+      uint4 xa[M_TILES][4];
+      if constexpr (X_EARLY) {
+        const int xslot = (s % STAGES) * XQ * 32 + lane;
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; ++mt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            xa[mt][i] = 8 * mt + g < M_ROWS ? ring_x[xslot + (4 * mt + i) * 32]
+                                            : make_uint4(0, 0, 0, 0);
+      }
       issue(s + STAGES - 1);  // into the slot step s - 1 used: already read back
-      mma_step(wq, sc, bi, step);
+      if constexpr (!X_EARLY) load_x(xa, step);
+      mma_math(wq, sc, bi, xa);
     }
     dflash2_cp_async_wait<0>();
     __syncthreads();  // the partial sums below reuse the ring's memory
   } else {
     // One batch: the weight loads of UNROLL K steps, all issued before any is used.
+    // X_EARLY: the batch's activations are loaded with its weights, not step by step.
     struct Batch {
       uint4 wq[UNROLL][COL_TILES][2];
       uint32_t sc[UNROLL][COL_TILES][2], bi[UNROLL][COL_TILES][2];
+      uint4 xa[X_EARLY ? UNROLL : 1][M_TILES][4];
     };
     auto load = [&](Batch& b, int s0) {
 #pragma unroll
@@ -226,12 +263,20 @@ CUDA_SOURCE = r"""
             b.sc[u][c][h] = sv | (sv << 16);
             b.bi[u][c][h] = bv | (bv << 16);
           }
+        if constexpr (X_EARLY) load_x(b.xa[u], step);
       }
     };
     auto compute = [&](const Batch& b, int s0) {
 #pragma unroll
-      for (int u = 0; u < UNROLL; ++u) mma_step(b.wq[u], b.sc[u], b.bi[u],
-                                                warp * GROUP_STEPS + s0 + u);
+      for (int u = 0; u < UNROLL; ++u) {
+        if constexpr (X_EARLY) {
+          mma_math(b.wq[u], b.sc[u], b.bi[u], b.xa[u]);
+        } else {
+          uint4 xa[M_TILES][4];
+          load_x(xa, warp * GROUP_STEPS + s0 + u);
+          mma_math(b.wq[u], b.sc[u], b.bi[u], xa);
+        }
+      }
     };
     // PREFETCH: the next batch's loads go out before this batch's math (two batches of
     // registers), so a warp never waits on memory with nothing to do.
