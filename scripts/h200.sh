@@ -53,6 +53,18 @@
 #          suites.log into bench/results/h200/; candidate_table.json is the regenerated
 #          kernels/selection_table.json (or run scripts/regen_sm90_table.py here on the JSON);
 #          farm ingest bench/results/h200/h200_suites.jsonl puts the run in the history
+# The cold tiling sweep (bench/results/h200/cuda_verify_cold_sweep*.{json,md,log}, ncu_cold.*)
+# came from (device time ~470 s in all, the machine's start included):
+#   run (carry .whl/p1):  bash scripts/h200.sh stage
+#   run (carry .whl/p2):  bash scripts/h200.sh stage && bash scripts/h200.sh install &&
+#                         BENCH_TIMEOUT=330 bash scripts/h200.sh coldsweep --points 2026-12-03 \
+#                           --budget-s 190; NCU_TIMEOUT=110 bash scripts/h200.sh ncucold
+#   run (at once, warm):  BENCH_TIMEOUT=150 bash scripts/h200.sh coldsweep --shapes gate_up \
+#                           --dtypes float16 --no-ring --budget-s 60
+#   here:  python3 bench/cuda_verify_ncu.py --summarize ncu_cold.csv > ncu_cold.md
+# Next (not run yet): coldsweep --dtypes bfloat16 (the x_early tile set), then
+#   NCU_TIMEOUT=300 bash scripts/h200.sh ncucold --points (every tile alone, the ranking that
+#   holds for a chain of dependent launches).
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"
