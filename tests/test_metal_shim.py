@@ -512,23 +512,41 @@ def test_shim_headers_are_metal_header_names_and_stand_alone():
         compiles(f"#include <{header}>\n", header)
 
 
+def test_copies_of_the_tree_share_one_preamble_pch(tmp_path, monkeypatch):
+    """Each farm job runs its own copy of the tree: they compile against one content-named shim
+    and share one PCH (each used to build and keep its own, 1.5 MB and ~0.5 s a job)."""
+    monkeypatch.setenv(mlx_metal.ENV_CACHE, str(tmp_path / "cache"))
+    src = (mlx_metal.utils_preamble()
+           + "[[kernel]] void pch_probe(device float* o [[buffer(0)]]) { o[0] = 1.0f; }\n")
+    try:
+        for copy in ("a", "b"):
+            shim = tmp_path / copy / "shim"
+            shutil.copytree(toolchain.SHIM, shim)
+            monkeypatch.setattr(toolchain, "SHIM", shim)
+            toolchain._preamble_pch.cache_clear()  # a new process: another job
+            toolchain.check_source(src, "pch_probe")
+        built = toolchain.build_dir()
+        assert len(list(built.glob("preamble-*.pch"))) == 1
+        assert len(list(built.glob("shim-*"))) == 1
+    finally:
+        toolchain._preamble_pch.cache_clear()  # nothing built against the copies outlives them
+
+
 def test_the_preamble_pch_follows_its_headers_mtimes(tmp_path, monkeypatch):
     """clang refuses a PCH whose headers were rewritten since it was built, even with the same
-    content (a fresh clone at the same path, a checkout): the PCH's key follows the headers'
-    mtimes, so a launch still compiles after they change."""
-    shim = tmp_path / "shim"
-    shutil.copytree(toolchain.SHIM, shim)
-    monkeypatch.setattr(toolchain, "SHIM", shim)
+    content (the content-named shim made again after a cache was cleaned): the PCH's key
+    follows the headers' mtimes, so a launch still compiles after they change."""
+    monkeypatch.setenv(mlx_metal.ENV_CACHE, str(tmp_path / "cache"))
     toolchain._preamble_pch.cache_clear()
     try:
         src = (mlx_metal.utils_preamble()
                + "[[kernel]] void pch_probe(device float* o [[buffer(0)]]) { o[0] = 1.0f; }\n")
         toolchain.check_source(src, "pch_probe")
         later = time.time() + 100
-        for f in shim.rglob("*"):
+        for f in toolchain.shim_dir().rglob("*"):
             if f.is_file():
                 os.utime(f, (later, later))
-        toolchain._preamble_pch.cache_clear()  # a new process, as after a fresh clone
+        toolchain._preamble_pch.cache_clear()  # a new process
         toolchain.check_source(src, "pch_probe")
     finally:
         toolchain._preamble_pch.cache_clear()  # nothing built against the copy outlives it

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,6 +101,24 @@ def build_dir() -> Path:
     return d
 
 
+def shim_dir() -> Path:
+    """The shim every compile includes: a copy in the build cache named by its content.
+
+    A PCH records the absolute paths and modification times of its headers, and clang refuses
+    it from another copy of them. Compiling against the tree's own shim made every copy of the
+    tree (each farm job runs its own) build, and keep, a PCH of its own. The content-named copy
+    is made once (atomically: another process may be making it too) and never changed."""
+    d = build_dir() / f"shim-{_shim_digest()[:16]}"
+    if not d.is_dir():
+        tmp = build_dir() / f".shim-{os.getpid()}-{time.monotonic_ns()}.tmp"
+        shutil.copytree(SHIM, tmp)
+        try:
+            os.rename(tmp, d)
+        except OSError:  # made meanwhile by another process: theirs is the same content
+            shutil.rmtree(tmp, ignore_errors=True)
+    return d
+
+
 @functools.cache
 def _cpu_id() -> str:
     """What -march=native targets: a build is reused only on a CPU with the same features."""
@@ -149,14 +168,12 @@ def _refuse_unknown_attributes(source: str, name: str) -> None:
 def _preamble_pch(lowered_preamble: str) -> Path:
     """MLX's utils preamble (lowered), precompiled once: every launch's source starts with it,
     and parsing it is most of a kernel's compile time."""
-    # A PCH records the absolute paths and modification times of the headers it was built from,
-    # and clang refuses it ("fatal error: file ... has been modified since the precompiled
-    # header was built") from another copy of them (a farm job's shipped tree) or after they
-    # were rewritten with the same content (a fresh clone at the same path, a checkout): the
-    # shim's location and every header's mtime are in the key.
-    stamps = ";".join(f"{f.relative_to(SHIM)}:{f.stat().st_mtime_ns}"
-                      for f in sorted(SHIM.rglob("*")) if f.is_file())
-    key = _key(" ".join(KERNEL_FLAGS), str(SHIM.resolve()), stamps, lowered_preamble)
+    # The PCH is built against the content-named shim (`shim_dir`); its headers' mtimes are in
+    # the key still, so a copy made again (a cleaned cache) gets a PCH of its own.
+    shim = shim_dir()
+    stamps = ";".join(f"{f.relative_to(shim)}:{f.stat().st_mtime_ns}"
+                      for f in sorted(shim.rglob("*")) if f.is_file())
+    key = _key(" ".join(KERNEL_FLAGS), str(shim), stamps, lowered_preamble)
     target = build_dir() / f"preamble-{key}.pch"
     header = build_dir() / f"preamble-{key}.h"
     if target.exists() and header.exists():
@@ -165,7 +182,7 @@ def _preamble_pch(lowered_preamble: str) -> Path:
     tmp_header.write_text(lowered_preamble)
     os.replace(tmp_header, header)
     tmp = build_dir() / f".{target.name}.{os.getpid()}.tmp"
-    _run(["-x", "c++-header", *KERNEL_FLAGS, f"-I{SHIM}", "-o", str(tmp), str(header)],
+    _run(["-x", "c++-header", *KERNEL_FLAGS, f"-I{shim}", "-o", str(tmp), str(header)],
          "MLX's utils preamble")
     return _publish(tmp, target)
 
@@ -195,7 +212,7 @@ def check_source(source: str, name: str, extra_includes: tuple[Path, ...] = ()) 
         else:
             text, pch = _translation_unit(source, name)
         src.write_text(text)
-        inc = [f"-I{d}" for d in (SHIM, *extra_includes)]
+        inc = [f"-I{d}" for d in (shim_dir(), *extra_includes)]
         _run(["-x", "c++", *KERNEL_FLAGS, *inc, *pch, "-fsyntax-only", str(src)], name)
 
 
@@ -213,7 +230,8 @@ def build_kernel(source: str, entry: str, name: str) -> Path:
     tmp = build_dir() / f".{target.name}.{os.getpid()}.tmp"
     obj = tmp.with_suffix(".o")
     try:
-        _run(["-x", "c++", *KERNEL_FLAGS, f"-I{SHIM}", *pch, "-c", "-o", str(obj), str(src)],
+        _run(["-x", "c++", *KERNEL_FLAGS, f"-I{shim_dir()}", *pch, "-c", "-o", str(obj),
+              str(src)],
              name)
         _run(["-shared", "-o", str(tmp), str(obj)], name, link=True)
     finally:
@@ -228,6 +246,7 @@ def build_runtime() -> Path:
     if target.exists():
         return target
     tmp = build_dir() / f".{target.name}.{os.getpid()}.tmp"
-    _run(["-std=c++17", "-O2", "-fPIC", "-shared", f"-I{SHIM}", "-o", str(tmp), str(RUNTIME)],
+    _run(["-std=c++17", "-O2", "-fPIC", "-shared", f"-I{shim_dir()}", "-o", str(tmp),
+          str(RUNTIME)],
          "the executor runtime", link=True)
     return _publish(tmp, target)
