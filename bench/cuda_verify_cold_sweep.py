@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -83,7 +84,7 @@ def rel_max(a: mx.array, b: mx.array) -> float:
 
 
 def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
-                deadline: float, final_ms: list[int]) -> dict:
+                deadline: float, final_ms: list[int], chain: bool = False) -> dict:
     from cuda_verify_sweep import check  # the ulps check of the hot sweep, on a column slice
 
     k, n = cv.SHAPES[op]
@@ -102,6 +103,30 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
 
     def cold_us(fn, x) -> dict:
         return cv.device_us(lambda i: fn(x, copies[i % len(copies)]), batch, reps)
+
+    def alone_us(fn, x) -> dict:
+        """Per launch when each launch waits for the one before (a model's chain of dependent
+        projections), not overlapped as in ``cold_us``: launch i+1 reads x + 0 * y_i[:, :1]
+        (one small fused kernel, the link), so the batch is a chain; the same chain of links
+        alone is timed too and taken off."""
+        link = mx.compile(lambda a, y: a + (y[:, :1] * 0).astype(a.dtype))
+
+        def timed(with_kernel: bool) -> list[float]:
+            ts = []
+            for r in range(reps + 2):
+                xi, outs = x, []
+                for i in range(batch):
+                    y = fn(xi, copies[i % len(copies)]) if with_kernel else xi
+                    xi = link(x, y)
+                    outs.append(xi)
+                t0 = time.perf_counter()
+                mx.eval(outs)
+                if r >= 2:  # two warm-up chains
+                    ts.append((time.perf_counter() - t0) / batch * 1e6)
+                del outs
+            return ts
+        chain, links = statistics.median(timed(True)), statistics.median(timed(False))
+        return {"us": chain - links, "chain_us": chain, "link_us": links}
 
     x8 = xs[8]
     ys = cv.stock(x8, one.wq, one.scales, one.biases)
@@ -165,6 +190,16 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
                        lambda x, q, f=custom_c: f(x, q.wq, q.scales, q.biases), x)["us"],
                    m8_best_params_us=(cands[[c[1] for c in cands].index(top[0])][0]
                                       if top[0] in [c[1] for c in cands] else None))
+        if chain:
+            try:
+                a_stock = alone_us(lambda x, q: cv.stock(x, q.wq, q.scales, q.biases), x)
+                a_custom = alone_us(lambda x, q, p=p: cuda.launch(NAME, x, q, p), x)
+                row.update(alone_stock_us=a_stock["us"], alone_custom_us=a_custom["us"],
+                           alone_link_us=a_custom["link_us"],
+                           alone_pct_ceiling=row["floor_us"] / a_custom["us"],
+                           alone_speedup_vs_stock=a_stock["us"] / a_custom["us"])
+            except Exception as e:  # noqa: BLE001 - recorded, not fatal
+                row["alone_error"] = str(e)[:300]
         row["pct_ceiling_eager"] = row["floor_us"] / row["custom_eager_us"]
         row["pct_ceiling_compiled"] = row["floor_us"] / row["custom_compiled_us"]
         row["stock_pct_ceiling"] = row["floor_us"] / row["stock_us"]
@@ -228,14 +263,18 @@ def render(res: dict) -> str:
               "weights (rotating copies > 2x L2), pre-built batches of "
               f"{res['method']['batch']} launches, median of {res['method']['reps']}. "
               "% = floor / time, floor = bytes moved / ceiling. Every tile is checked bit for "
-              "bit against the plain register pipeline at the same (n_tile, k_groups)."), "",
+              "bit against the plain register pipeline at the same (n_tile, k_groups). The "
+              "batched figures let independent launches overlap (MLX's CUDA graphs order only "
+              "data dependencies); 'alone' (with --chain) chains each launch on the one before, "
+              "through a small link kernel whose own chain is timed and taken off."), "",
              ("Launch floor (the same timing of launches with next to no work, K=256, N=64): "
               + ", ".join(f"{k.removesuffix('_us')} {v:.1f} µs"
                           for k, v in res.get("launch_floor", {}).items()) + "."), "",
-             ("| shape | dtype | M | tile (n_tile, k_groups, unroll, prefetch, stages, l2_prefetch, x_early) |  "
-              "floor µs | stock µs | custom eager µs | custom compiled µs | stock % | eager % | "
-              "compiled % | compiled speed-up | ulps vs portable | ulps vs f64 (stock) |"),
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             ("| shape | dtype | M | tile (n_tile, k_groups, unroll, prefetch, stages, "
+              "l2_prefetch, x_early) | floor µs | stock µs | custom eager µs | custom compiled µs "
+              "| stock % | eager % | compiled % | compiled speed-up | alone: stock µs | alone: "
+              "custom µs | alone % | ulps vs portable | ulps vs f64 (stock) |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, e in res["shapes"].items():
         for r in e["final"]:
             if "params" not in r:
@@ -248,7 +287,9 @@ def render(res: dict) -> str:
                 f"{r['stock_us']:.1f} | {r['custom_eager_us']:.1f} | "
                 f"{r['custom_compiled_us']:.1f} | {r['stock_pct_ceiling']:.0%} | "
                 f"{r['pct_ceiling_eager']:.0%} | {r['pct_ceiling_compiled']:.0%} | "
-                f"{r['compiled_speedup_vs_stock']:.2f}x | "
+                f"{r['compiled_speedup_vs_stock']:.2f}x | {cv._f(r.get('alone_stock_us'))} | "
+                f"{cv._f(r.get('alone_custom_us'))} | "
+                f"{cv._f(r.get('alone_pct_ceiling'), '{:.0%}')} | "
                 f"{ch.get('ulps_vs_portable', float('nan')):.3f} | "
                 f"{ch.get('ulps_vs_f64', float('nan')):.3f} "
                 f"({ch.get('stock_ulps_vs_f64', float('nan')):.3f}) |")
@@ -284,6 +325,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-ring", action="store_true", help="register-pipeline tiles only")
     ap.add_argument("--points", choices=("next", "2026-12-03"), default="next",
                     help="the tiles to sweep: the next set (default) or the first run's")
+    ap.add_argument("--chain", action="store_true",
+                    help="also time the chosen tiles and stock in a chain of dependent launches "
+                         "(alone_*: what a model's sequence of projections sees; the batched "
+                         "figures let independent launches overlap)")
     ap.add_argument("--batch", type=int, default=96)
     ap.add_argument("--reps", type=int, default=7)
     args = ap.parse_args(argv)
@@ -318,7 +363,7 @@ def main(argv=None) -> int:
         left = args.budget_s - (time.perf_counter() - t0)
         deadline = time.perf_counter() + max(5.0, left / (len(pairs) - i)) * 0.8
         res["shapes"][f"{op}/{dt}"] = sweep_shape(op, dt, ceiling, args.batch, args.reps,
-                                                  deadline, ms)
+                                                  deadline, ms, args.chain)
         (out / "cuda_verify_cold_sweep.json").write_text(json.dumps(res, indent=1))
         (out / "cuda_verify_cold_sweep.md").write_text(render(res))
         print(f"elapsed {time.perf_counter() - t0:.0f} s", flush=True)

@@ -54,7 +54,7 @@
 #          kernels/selection_table.json (or run scripts/regen_sm90_table.py here on the JSON);
 #          farm ingest bench/results/h200/h200_suites.jsonl puts the run in the history
 # The cold tiling sweep (bench/results/h200/cuda_verify_cold_sweep*.{json,md,log}, ncu_cold.*)
-# came from (device time ~470 s in all, the machine's start included):
+# came from (device time ~500 s in all, the machine's start and idle included):
 #   run (carry .whl/p1):  bash scripts/h200.sh stage
 #   run (carry .whl/p2):  bash scripts/h200.sh stage && bash scripts/h200.sh install &&
 #                         BENCH_TIMEOUT=330 bash scripts/h200.sh coldsweep --points 2026-12-03 \
@@ -62,7 +62,8 @@
 #   run (at once, warm):  BENCH_TIMEOUT=150 bash scripts/h200.sh coldsweep --shapes gate_up \
 #                           --dtypes float16 --no-ring --budget-s 60
 #   here:  python3 bench/cuda_verify_ncu.py --summarize ncu_cold.csv > ncu_cold.md
-# Next (not run yet): coldsweep --dtypes bfloat16 (the x_early tile set), then
+# Next (not run yet): coldsweep --dtypes bfloat16 --chain (the x_early tile set; --chain adds
+#   the chosen tiles' time in a chain of dependent launches), then
 #   NCU_TIMEOUT=300 bash scripts/h200.sh ncucold --points (every tile alone, the ranking that
 #   holds for a chain of dependent launches).
 set -euo pipefail
