@@ -87,6 +87,7 @@ CUDA_SOURCE = r"""
   constexpr int CT2 = 2 * COL_TILES;  // weight rows a lane loads per K step
   // Shared memory: the cp.async ring (STAGES > 0) and, after the K loop, the K groups' partial
   // sums, in one buffer.
+  constexpr int RING_STAGES = STAGES > 0 ? STAGES : 1;  // slot arithmetic (no % 0 when off)
   constexpr int XQ = X_EARLY ? 4 * M_TILES : 0;         // 16-byte activation chunks a step
   constexpr int RING_W = STAGES * K_GROUPS * CT2 * 32;  // 16-byte weight chunks
   constexpr int RING_X = STAGES * K_GROUPS * XQ * 32;   // 16-byte activation chunks
@@ -169,7 +170,7 @@ CUDA_SOURCE = r"""
     uint32_t* ring_b = ring_s + RING_S;
     auto issue = [&](int s) {
       if (s < GROUP_STEPS) {
-        const int slot = (s % STAGES) * CT2 * 32 + lane;
+        const int slot = (s % RING_STAGES) * CT2 * 32 + lane;
         const int step = warp * GROUP_STEPS + s;
         const int word = step * 16 + 4 * t;
         const int grp = (step * 128 + 32 * t) / GS;
@@ -185,7 +186,7 @@ CUDA_SOURCE = r"""
             dflash2_cp_async4(ring_b + at, b16 + si);
           }
         if constexpr (X_EARLY) {  // the step's activations too (rows past M stay unread)
-          const int xslot = (s % STAGES) * XQ * 32 + lane;
+          const int xslot = (s % RING_STAGES) * XQ * 32 + lane;
 #pragma unroll
           for (int mt = 0; mt < M_TILES; ++mt) {
             const int row = 8 * mt + g;
@@ -205,7 +206,7 @@ CUDA_SOURCE = r"""
 #pragma unroll 1
     for (int s = 0; s < GROUP_STEPS; ++s) {
       dflash2_cp_async_wait<(STAGES > 1 ? STAGES - 2 : 0)>();  // step s has landed
-      const int slot = (s % STAGES) * CT2 * 32 + lane;
+      const int slot = (s % RING_STAGES) * CT2 * 32 + lane;
       const int step = warp * GROUP_STEPS + s;
       const int grp = (step * 128 + 32 * t) / GS;
       uint4 wq[COL_TILES][2];
@@ -225,7 +226,7 @@ CUDA_SOURCE = r"""
         }
       uint4 xa[M_TILES][4];
       if constexpr (X_EARLY) {
-        const int xslot = (s % STAGES) * XQ * 32 + lane;
+        const int xslot = (s % RING_STAGES) * XQ * 32 + lane;
 #pragma unroll
         for (int mt = 0; mt < M_TILES; ++mt)
 #pragma unroll
