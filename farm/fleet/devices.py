@@ -154,8 +154,9 @@ DEVICES_HELP = (
     "split across all of them, test by test, with work stealing (each twin starts with a "
     "contiguous share, an idle twin takes the un-started half of the busiest one's), and the "
     "results are merged under that variant, each recording its node. SELECTOR*N uses at most "
-    "N twins per variant (g14*2; g14*1: one node, the whole suite on it); a twin that dies "
-    "hands its unfinished tests to the others")
+    "N twins per variant (g14*2; g14*1: one node, the whole suite on it), and without "
+    "--address starts N emulated twins of it; a twin that dies hands its unfinished tests to "
+    "the others")
 EVERY_HELP = ("the whole suite on every matching device, one job each, instead of one job per "
               "variant split across its twins (not with SELECTOR*N)")
 _TWINS = re.compile(r"^(.*?)\*\s*(\S*)$")
