@@ -499,6 +499,7 @@ def fmt_walls(xs: list[float]) -> str:
 def mode_device_job(suite, arch: str, extra_env: dict[str, str]) -> dict:
     """farm.runner.device_job.run_job in this process (no Ray): the farm's device side alone, with the
     plain pytest run of the same device just before it (a pair, so load drift hits both)."""
+    from farm.fleet import shipping
     from farm.runner import device_job
 
     plain = mode_plain(suite, arch)
@@ -507,14 +508,12 @@ def mode_device_job(suite, arch: str, extra_env: dict[str, str]) -> dict:
             "device": {"arch": arch, "emulated": True}, "deselect": [], "attempt": 1, "env": {}}
     saved = {k: os.environ.get(k) for k in extra_env}
     os.environ.update(extra_env)
-    cwd = os.getcwd()
-    os.chdir(REPO)
     try:
-        t0 = time.perf_counter()
-        evs = [e for batch in device_job.run_job(spec) for e in batch]
-        wall = time.perf_counter() - t0
+        with shipping.as_run_worker(REPO):  # a device job runs a copy of its run's tree
+            t0 = time.perf_counter()
+            evs = [e for batch in device_job.run_job(spec) for e in batch]
+            wall = time.perf_counter() - t0
     finally:
-        os.chdir(cwd)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

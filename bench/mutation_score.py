@@ -461,20 +461,22 @@ def _runner_suite(job: dict) -> int:
     """The suite on one emulated device through the farm's own device job; stops at the first
     test that fails. Prints the job's events, one JSON object per line."""
     import kernels
+    from farm.fleet import shipping
     from farm.runner import device_job
 
     print(json.dumps({"type": "mutation_runner", "kernels": kernels.__file__,
                       "device_job": device_job.__file__}), flush=True)
-    gen = device_job.run_job(job["spec"])
-    try:
-        for batch in gen:
-            for ev in batch:
-                print(json.dumps(ev), flush=True)
-            if any(_fails(ev) for ev in batch):
-                print(json.dumps({"type": "mutation_runner_stopped"}), flush=True)
-                break
-    finally:
-        gen.close()  # run_job's finally kills pytest
+    with shipping.as_run_worker(Path.cwd()):  # the mutant's tree, shipped as a run ships it
+        gen = device_job.run_job(job["spec"])
+        try:
+            for batch in gen:
+                for ev in batch:
+                    print(json.dumps(ev), flush=True)
+                if any(_fails(ev) for ev in batch):
+                    print(json.dumps({"type": "mutation_runner_stopped"}), flush=True)
+                    break
+        finally:
+            gen.close()  # run_job's finally kills pytest
     return 0
 
 

@@ -125,24 +125,11 @@ def ro(db: Path, sql: str) -> list[tuple]:
         return []
 
 
-@contextlib.contextmanager
 def as_device_worker(root: Path = REPO):
-    """This process as a Ray worker of a run shipping ``root``: in the run's staged tree (Ray's
-    working dir) with the run's tree mark in its environment (Ray's env_vars)."""
+    """This process as a Ray worker of a run shipping ``root`` (`shipping.as_run_worker`)."""
     from farm.fleet import shipping
 
-    cwd, before = os.getcwd(), os.environ.get(shipping.ENV_TREE)
-    with shipping.staged_tree(root) as staged:
-        os.chdir(staged)
-        os.environ[shipping.ENV_TREE] = shipping.read_mark(staged)["run"]
-        try:
-            yield staged
-        finally:
-            os.chdir(cwd)
-            if before is None:
-                os.environ.pop(shipping.ENV_TREE, None)
-            else:
-                os.environ[shipping.ENV_TREE] = before
+    return shipping.as_run_worker(root)
 
 
 def device_job_events(suite: str, **over) -> list[dict]:

@@ -79,6 +79,25 @@ def staged_tree(root: Path) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def as_run_worker(root: Path) -> Iterator[Path]:
+    """This process as a Ray worker of a run that ships ``root``: its cwd is the run's staged
+    tree (Ray's working dir) and its environment carries the run's mark (Ray's env_vars). This
+    is what runs a device job without Ray (benches, tests); both are restored on exit."""
+    cwd, before = os.getcwd(), os.environ.get(ENV_TREE)
+    with staged_tree(root) as staged:
+        os.chdir(staged)
+        os.environ[ENV_TREE] = read_mark(staged)["run"]
+        try:
+            yield staged
+        finally:
+            os.chdir(cwd)
+            if before is None:
+                os.environ.pop(ENV_TREE, None)
+            else:
+                os.environ[ENV_TREE] = before
+
+
 def read_mark(tree: Path) -> dict | None:
     """The run mark of a staged tree (or of a device's copy of one), None when it has none."""
     try:
