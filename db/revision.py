@@ -68,9 +68,14 @@ def tree_hash(root: Path, files: list[str] | None = None) -> str:
     """sha256 (64 hex digits) over each file's path and content digest, in path order."""
     h = hashlib.sha256()
     for rel in tree_files(root) if files is None else files:
-        h.update(rel.encode() + b"\0")
-        h.update(hashlib.sha256((root / rel).read_bytes()).digest())
+        hash_file(h, rel, (root / rel).read_bytes())
     return h.hexdigest()
+
+
+def hash_file(h, rel: str, data: bytes) -> None:
+    """One file's part of `tree_hash` (for a caller that has the bytes in hand already)."""
+    h.update(rel.encode() + b"\0")
+    h.update(hashlib.sha256(data).digest())
 
 
 def current_revision(root: Path | None = None) -> dict:

@@ -9,6 +9,7 @@ checkouts of one commit are told apart.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -17,7 +18,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from db.revision import EXCLUDES, current_revision, is_checkout, tree_files, tree_hash
+from db.revision import EXCLUDES, current_revision, hash_file, is_checkout, tree_files, tree_hash
 from farm.errors import EXIT_USAGE, FarmError
 from farm.tempdirs import owned_tmpdir
 
@@ -147,16 +148,21 @@ def _copy_run_tree(dest: Path, run: str) -> str | None:
         return ("no copy of it at " + " or ".join(
             f"{s} ({'mark of run ' + m['run'][:12] if m else 'no mark'})"
             for s, m in marks.items()))
-    files = marks[src]["files"]
     shutil.rmtree(dest, ignore_errors=True)
-    try:
-        for rel in files:
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src / rel, dest / rel)
+    h, made = hashlib.sha256(), set()
+    try:  # one read of each file: copied, and hashed as copied (`tree_hash`)
+        for rel in marks[src]["files"]:
+            data = (src / rel).read_bytes()
+            out = dest / rel
+            if out.parent not in made:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                made.add(out.parent)
+            out.write_bytes(data)
+            hash_file(h, rel, data)
         (dest / RUN_MARK).write_text(json.dumps(marks[src]) + "\n")
     except OSError as e:
         return f"{src}: {e.strerror or e}: {getattr(e, 'filename', '') or ''}".rstrip(": ")
-    if tree_hash(dest, files) != marks[src]["tree_hash"]:
+    if h.hexdigest() != marks[src]["tree_hash"]:
         return f"{src}: its files differ from the ones the run shipped"
     return None
 
