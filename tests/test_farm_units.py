@@ -150,3 +150,25 @@ def test_each_run_ships_its_own_ray_package_of_one_tree(tmp_path):
     assert uris[0] != uris[1]
     assert files[0] == files[1] == sorted(["pkg/a.py", shipping.RUN_MARK])
     assert shipping.revision(tmp_path)["tree_hash"] == shipping.revision(tmp_path)["tree_hash"]
+
+
+def test_each_node_gets_its_own_runtime_env_dir_and_a_users_start_hook_still_runs(
+        tmp_path, monkeypatch):
+    from ray._private.parameter import RayParams
+
+    from farm.fleet import node_dirs
+
+    (tmp_path / "user_hook.py").write_text(
+        "def hook(params, head):\n    params.labels = {'user-hook': str(head)}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = node_dirs.start_env({"RAY_START_HOOK": "user_hook.hook", "X": "1"})
+    assert env["RAY_START_HOOK"] == node_dirs.HOOK and env["X"] == "1"
+    assert env[node_dirs.ENV_NEXT] == "user_hook.hook"
+    assert node_dirs.ENV_NEXT not in node_dirs.start_env({})
+    monkeypatch.setenv(node_dirs.ENV_NEXT, env[node_dirs.ENV_NEXT])
+    a, b = RayParams(node_manager_port=20001), RayParams(node_manager_port=20301)
+    node_dirs.own_runtime_env_dir(a, True)
+    node_dirs.own_runtime_env_dir(b, False)
+    assert a.runtime_env_dir_name == "runtime_resources/node20001"
+    assert b.runtime_env_dir_name == "runtime_resources/node20301"
+    assert a.labels == {"user-hook": "True"} and b.labels == {"user-hook": "False"}
