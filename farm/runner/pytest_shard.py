@@ -18,7 +18,7 @@ import os
 
 import pytest
 
-ENV_SHARD_FDS = "FARM_SHARD_FDS"
+from farm.runner.shard_relay import ENV_SHARD_FDS
 
 
 class Channel:

@@ -14,7 +14,9 @@ import os
 import select
 from collections import deque
 
-from farm.runner.pytest_shard import ENV_SHARD_FDS
+# The pipe pair's fds in the subprocess (read by `pytest_shard`); here, so the device side's
+# Ray worker does not import pytest for a name.
+ENV_SHARD_FDS = "FARM_SHARD_FDS"
 
 
 class Relay:
