@@ -47,6 +47,7 @@ import mlx.core as mx
 
 from dflash2.device import current_device
 from kernels import cuda
+from kernels.bench.host_cost import host_us
 from kernels.qweights import QWeights
 from kernels.variants import stock as stock_variant
 
@@ -153,18 +154,6 @@ def wall_us(make, batch: int, reps: int) -> dict:
     return {"us": statistics.median(ts), "min_us": min(ts), "max_us": max(ts), "batches_us": ts}
 
 
-def host_us(make, n: int, reps: int = 5) -> float:
-    """Time to build one launch's graph, not evaluating it (evaluated afterwards, untimed)."""
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        outs = [make(i) for i in range(n)]
-        ts.append((time.perf_counter() - t0) / n * 1e6)
-        mx.eval(outs)
-        del outs
-    return statistics.median(ts)
-
-
 def stock(x, wq, s, b):
     return mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=GS, bits=BITS)
 
@@ -239,7 +228,7 @@ def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float
                 row[f"{temp}_{path}_batches_us"] = t["batches_us"]
                 row[f"{temp}_{path}_pct_ceiling"] = row["floor_us"] / t["us"]
                 if temp == "hot":
-                    row[f"host_{path}_us"] = host_us(make, 500)
+                    row[f"host_{path}_us"] = host_us(make, 500)["us"]
                 else:
                     w = wall_us(make, batch, reps)
                     row[f"cold_{path}_wall_us"] = w["us"]

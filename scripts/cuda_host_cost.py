@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -29,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mlx.core as mx
 
 from kernels import cuda
+from kernels.bench.host_cost import host_us
 from kernels.qweights import QWeights
 
 CASES = [("gate_up", 5120, 17408, "bfloat16", {"n_tile": 32, "k_groups": 1, "unroll": 1,
@@ -38,14 +37,7 @@ CASES = [("gate_up", 5120, 17408, "bfloat16", {"n_tile": 32, "k_groups": 1, "unr
 
 
 def per_call_us(fn, n: int = 500, reps: int = 9) -> dict:
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        outs = [fn() for _ in range(n)]
-        ts.append((time.perf_counter() - t0) / n * 1e6)
-        mx.eval(outs)
-        del outs
-    return {"us": statistics.median(ts), "min_us": min(ts), "max_us": max(ts)}
+    return host_us(lambda i: fn(), n, reps)
 
 
 def main(argv=None) -> int:

@@ -11,13 +11,11 @@ conversion. The same checks run against the real factory and kernel on an NVIDIA
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import mlx.core as mx
 import pytest
 
 from kernels import cuda
+from kernels.bench.host_cost import host_us
 from kernels.qweights import QWeights
 
 K, N, GS = 512, 256, 64
@@ -141,13 +139,7 @@ def test_a_shape_that_cannot_tile_is_refused_before_anything_is_built(standin):
 
 
 def _per_call_us(fn, n=500, reps=7) -> float:
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        outs = [fn() for _ in range(n)]
-        ts.append((time.perf_counter() - t0) / n * 1e6)
-        mx.eval(outs)
-    return statistics.median(ts)
+    return host_us(lambda i: fn(), n, reps)["us"]
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs MLX's CUDA backend (an NVIDIA GPU)")
