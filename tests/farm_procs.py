@@ -125,21 +125,15 @@ def ro(db: Path, sql: str) -> list[tuple]:
         return []
 
 
-def as_device_worker(root: Path = REPO):
-    """This process as a Ray worker of a run shipping ``root`` (`shipping.as_run_worker`)."""
-    from farm.fleet import shipping
-
-    return shipping.as_run_worker(root)
-
-
 def device_job_events(suite: str, **over) -> list[dict]:
     """Every event of one device job run in this process (no Ray), as a device runs it: in the
     tree, on an emulated g13s; ``over`` replaces fields of the job spec."""
+    from farm.fleet.shipping import as_run_worker
     from farm.runner.device_job import run_job
 
     spec = {"suite": suite, "pytest_args": [suite], "test_timeout": 30, "job_timeout": 120,
             "device": {"arch": "applegpu_g13s", "emulated": True}, "deselect": [], **over}
-    with as_device_worker():
+    with as_run_worker(REPO):  # as a Ray worker of a run shipping this tree
         return [ev for batch in run_job(spec) for ev in batch]
 
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from farm_procs import as_device_worker, device_job_events
+from farm_procs import device_job_events
 
 from farm.errors import FarmError
 from farm.fleet import shipping
@@ -96,7 +96,7 @@ def test_a_worker_whose_cwd_was_deleted_copies_the_tree_its_code_came_from(tmp_p
 
 
 def test_a_job_without_its_runs_tree_ends_in_error_and_runs_nothing(monkeypatch):
-    with as_device_worker():
+    with shipping.as_run_worker(REPO):
         monkeypatch.setenv(shipping.ENV_TREE, "f" * 32)
         monkeypatch.setattr(shipping, "COPY_WAIT_S", 0.2)
         from farm.runner import device_job

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 from db_fixtures import result, session_finish, session_start, write_jsonl
-from farm_procs import as_device_worker
 from test_history_cli import farm
 
 from dflash2.device import emulated_identity
 from dflash2.errors import Dflash2Error
-from farm.fleet import placement
+from farm.fleet import placement, shipping
 from farm.fleet.devices import Device, check_twins, parse_selectors, twin_cap
 from farm.runner.sharding import WorkSteal
 
@@ -119,7 +118,7 @@ def _twin_events(suite: str, queue: LocalQueue, **over) -> list[dict]:
     spec = {"suite": suite, "pytest_args": [suite], "test_timeout": 30, "job_timeout": 120,
             "device": {"arch": "applegpu_g14g", "emulated": True}, "deselect": [],
             "shard": {"queue": "-", "job": "0", "name": queue.shard}, **over}
-    with as_device_worker():
+    with shipping.as_run_worker(REPO):
         return [ev for batch in run_job(spec, queue=queue) for ev in batch]
 
 
