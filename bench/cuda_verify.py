@@ -20,6 +20,12 @@ In one run, on a real NVIDIA GPU with MLX's CUDA backend:
 3. Host cost per launch: the time to build one launch's graph without evaluating it, for each of
    the four paths (the graph is evaluated afterwards, untimed).
 4. The profilers present on the machine (nsys, ncu) and the GPU clocks, recorded.
+5. The time of ONE launch, which the batched device time is not (MLX's CUDA graphs let the
+   batch's independent launches overlap): a chain of dependent launches per row, cold (stock
+   and custom, eager and compiled: ``chain_us``), and with ``--ncu`` the profiler's kernel time
+   of every row's stock and custom launch, each alone with caches flushed (ncu runs
+   bench/cuda_verify_ncu.py --rows in a child process; its achieved DRAM throughput,
+   occupancy, registers and warp-stall findings go into the row too).
 
 Bytes per launch = 4-bit weights + scales + biases + activations + outputs; floor = bytes /
 read ceiling; "% of ceiling" = floor / time. Speed-up = stock eager time / custom time.
@@ -42,6 +48,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mlx.core as mx
 
@@ -142,6 +149,34 @@ def device_us(make, batch: int, reps: int) -> dict:
     return {"us": statistics.median(ts), "min_us": min(ts), "max_us": max(ts), "batches_us": ts}
 
 
+def chain_us(step, x: mx.array, batch: int, reps: int) -> dict:
+    """Per launch when each launch waits for the one before, as a model's chain of dependent
+    projections does (the batched ``device_us`` lets independent launches overlap): launch i+1
+    reads ``x + 0 * y_i[:, :1]`` (one small fused kernel, the link), so the batch is a chain;
+    the same chain of links alone is timed too and taken off. ``step(x_i, i)`` is launch i
+    (``i`` picks its weight copy: cold weights stay cold). Median over ``reps`` chains after
+    two warm-up chains."""
+    link = mx.compile(lambda a, y: a + (y[:, :1] * 0).astype(a.dtype))
+
+    def timed(with_kernel: bool) -> list[float]:
+        ts = []
+        for r in range(reps + 2):
+            xi, outs = x, []
+            for i in range(batch):
+                xi = link(x, step(xi, i) if with_kernel else xi)
+                outs.append(xi)
+            t0 = time.perf_counter()
+            mx.eval(outs)
+            if r >= 2:
+                ts.append((time.perf_counter() - t0) / batch * 1e6)
+            del outs
+        return ts
+    chain, links = timed(True), timed(False)
+    return {"us": statistics.median(chain) - statistics.median(links),
+            "chain_us": statistics.median(chain), "link_us": statistics.median(links),
+            "chain_batches_us": chain, "link_batches_us": links}
+
+
 def wall_us(make, batch: int, reps: int) -> dict:
     """Per-launch time as an eager caller sees it: building the batch's graph and evaluating
     it, both timed (host cost + device time, partly overlapped)."""
@@ -186,13 +221,25 @@ def sweep_choice(sweep: dict, op: str, dt_name: str) -> tuple[str, dict]:
     return "mma_weights_a", {"n_tile": 32, "k_groups": 2, "unroll": 2, "prefetch": 0}
 
 
+def table_choice(table: dict, op: str, dt_name: str, m: int = 8) -> tuple[str, dict] | None:
+    """The custom kernel and tile the selection table's sm_90 entry ships for this shape and
+    dtype at M=``m`` (for an entry the regeneration dropped to stock, its kept candidate)."""
+    for e in table.get("entries", []):
+        if ("sm_90" in e["devices"] and op in e["shapes"] and dt_name in e["dtypes"]
+                and int(e["M"]) == m):
+            c = e.get("candidate") or {"variant": e["variant"], "params": e.get("params", {})}
+            if c["variant"] != "stock":
+                return c["variant"], dict(c["params"])
+    return None
+
+
 def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float,
-            sweep: dict, batch: int, reps: int) -> list[dict]:
+            sweep: dict, batch: int, reps: int, table: dict | None = None) -> list[dict]:
     dt = DTYPES[dt_name]
     one = make_copies(k, n, dt, 1)[0]
     count = max(3, math.ceil(COLD_TARGET_BYTES / qbytes(one)))
     copies = [one] + make_copies(k, n, dt, count - 1, seed=1000)
-    name, params = sweep_choice(sweep, op, dt_name)
+    name, params = table_choice(table or {}, op, dt_name) or sweep_choice(sweep, op, dt_name)
     paths = paths_for(name, params)
     rows = []
     for m in ms:
@@ -234,6 +281,12 @@ def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float
                     row[f"cold_{path}_wall_us"] = w["us"]
                     row[f"cold_{path}_wall_spread_us"] = [w["min_us"], w["max_us"]]
                     row[f"cold_{path}_wall_batches_us"] = w["batches_us"]
+                    if path != "stock_compiled":  # each launch waiting for the one before
+                        c = chain_us(lambda xi, i, fn=fn, ws=ws: fn(xi, ws[i % len(ws)]), x,
+                                     batch, reps)
+                        row[f"chain_{path}_us"] = c["us"]
+                        row[f"chain_{path}_link_us"] = c["link_us"]
+                        row[f"chain_{path}_pct_ceiling"] = row["floor_us"] / c["us"]
             se = row.get(f"{temp}_stock_eager_us")
             for path in ("custom_eager", "custom_compiled", "stock_compiled"):
                 if se and f"{temp}_{path}_us" in row:
@@ -241,6 +294,10 @@ def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float
             if f"{temp}_custom_compiled_us" in row and f"{temp}_custom_eager_us" in row:
                 row[f"{temp}_custom_eager_over_compiled"] = (
                     row[f"{temp}_custom_eager_us"] / row[f"{temp}_custom_compiled_us"])
+        for path in ("custom_eager", "custom_compiled"):
+            if "chain_stock_eager_us" in row and f"chain_{path}_us" in row:
+                row[f"chain_{path}_speedup_vs_stock"] = (row["chain_stock_eager_us"]
+                                                         / row[f"chain_{path}_us"])
         if "cold_custom_eager_wall_us" in row and "cold_custom_compiled_wall_us" in row:
             row["cold_wall_custom_eager_over_compiled"] = (
                 row["cold_custom_eager_wall_us"] / row["cold_custom_compiled_wall_us"])
@@ -324,6 +381,81 @@ def _f(v, fmt="{:.1f}") -> str:
     return fmt.format(v) if isinstance(v, (int, float)) else "-"
 
 
+def ncu_chain_lines(res: dict) -> list[str]:
+    """The time of ONE launch: under ncu (each launch alone, caches flushed: cold) and in a
+    chain of dependent launches (cold weights), beside each other."""
+    rows = [r for r in res["rows"] if "ncu_custom_us" in r or "chain_custom_eager_us" in r]
+    if not rows:
+        return []
+    n = res.get("ncu", {})
+    out = ["", ("**One launch at a time** (what a decode's chain of projections sees). ncu: "
+                "each launch alone, caches flushed before it (`--cache-control all`, cold), "
+                "clocks as they run, median of " + str(len(rows[0].get("ncu_custom_all_us", []))
+                or "-") + " launches" + (f" ({n['source']})" if n.get("source") else "")
+                + ". Chain: cold weights, each launch reads the previous launch's output "
+                "through a small link kernel whose own chain is timed and taken off. % = floor / "
+                "time; ratio = stock / custom (> 1: custom faster). DRAM % of peak, warps active "
+                "(occupancy) and registers of the custom kernel from ncu."), "",
+           ("| shape | dtype | M | floor µs | ncu stock µs | ncu custom µs | ncu stock % | "
+            "ncu custom % | ncu ratio | chain stock µs | chain eager µs | chain compiled µs | "
+            "chain eager % | chain eager ratio | chain eager/compiled | custom DRAM % of peak | "
+            "custom warps active % | custom regs | custom grid x block |"),
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ce, cc = r.get("chain_custom_eager_us"), r.get("chain_custom_compiled_us")
+        out.append(
+            f"| {r['shape']} | {r['dtype']} | {r['M']} | {r['floor_us']:.1f} | "
+            f"{_f(r.get('ncu_stock_us'))} | {_f(r.get('ncu_custom_us'))} | "
+            f"{_f(r.get('ncu_stock_pct_ceiling'), '{:.0%}')} | "
+            f"{_f(r.get('ncu_custom_pct_ceiling'), '{:.0%}')} | "
+            f"{_f(r.get('ncu_custom_speedup_vs_stock'), '{:.2f}x')} | "
+            f"{_f(r.get('chain_stock_eager_us'))} | {_f(ce)} | {_f(cc)} | "
+            f"{_f(r.get('chain_custom_eager_pct_ceiling'), '{:.0%}')} | "
+            f"{_f(r.get('chain_custom_eager_speedup_vs_stock'), '{:.2f}x')} | "
+            f"{_f(ce / cc if ce and cc else None, '{:.2f}')} | "
+            f"{_f(r.get('ncu_custom_dram_pct'))} | {_f(r.get('ncu_custom_warps_active_pct'))} | "
+            f"{_f(r.get('ncu_custom_registers'), '{:.0f}')} | "
+            f"{r.get('ncu_custom_grid', '-')} x {r.get('ncu_custom_block', '-')} |")
+    return out
+
+
+NCU_METRICS = ("gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,"
+               "dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,"
+               "launch__grid_size,launch__registers_per_thread")
+
+
+# The sections that say what limits a kernel: achieved bandwidth, occupancy and its limits, warp
+# stall findings, waves.
+NCU_SECTIONS = ("--section", "SpeedOfLight", "--section", "Occupancy", "--section",
+                "LaunchStats", "--section", "WarpStateStats")
+
+
+def ncu_rows(out: Path, res: dict, timeout: float, reps: int = 1) -> None:
+    """Kernel time from the profiler: ncu runs bench/cuda_verify_ncu.py --rows on this run's
+    JSON (every row's stock and custom launch, each alone, caches flushed) in a child process;
+    its CSV is kept beside the JSON and merged into the rows."""
+    import cuda_verify_ncu as cvn
+    ncu = (res.get("profilers", {}).get("ncu") or {}).get("path")
+    if not ncu:
+        res["ncu"] = {"absent": "no ncu on this machine: the one-launch times are the chain's"}
+        return
+    csv_path = out / "cuda_verify_ncu_rows.csv"
+    cmd = [ncu, "--clock-control", "none", "--cache-control", "all", "-k",
+           "regex:qmm|qmv|dflash2", "--csv", *NCU_SECTIONS, "--metrics", NCU_METRICS,
+           sys.executable, str(ROOT / "bench" / "cuda_verify_ncu.py"), "--rows",
+           str(out / "cuda_verify.json"), "--reps", str(reps)]
+    mx.clear_cache()
+    try:
+        with csv_path.open("w") as f:
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout,
+                                check=False).returncode
+    except subprocess.TimeoutExpired:
+        rc = "timeout"
+    n = cvn.merge(res, csv_path.read_text(), csv_path.name)
+    res["ncu"]["rc"] = rc
+    print(f"ncu: rc {rc}, {n} rows with stock and custom kernel times", flush=True)
+
+
 def render(res: dict) -> str:
     c = res["ceiling"]
     dev = res["device"]
@@ -339,8 +471,11 @@ def render(res: dict) -> str:
         ("Bytes per launch = 4-bit weights + scales + biases + activations + outputs; floor = "
          "bytes / read ceiling; % = floor / time. **cold**: a different weight copy per launch, "
          "rotating over more than 2x the 60 MB L2; **hot**: one copy reused (served from L2). "
-         "Device µs: a pre-built batch of launches, one timed `mx.eval`, divided by the batch; "
-         "median over batches. Speed-up = stock eager µs / custom µs (> 1 is faster than "
+         "Batched device µs: a pre-built batch of INDEPENDENT launches, one timed `mx.eval`, "
+         "divided by the batch; median over batches. MLX's CUDA graphs order only data "
+         "dependencies, so these launches overlap: the batched figures are throughput of "
+         "overlapping independent launches, not the time of one launch (see the ncu and chain "
+         "table below for that). Speed-up = stock eager µs / custom µs (> 1 is faster than "
          "stock). Host µs: building one launch's graph without evaluating it."), "",
         ("Profilers on the machine: " + ", ".join(
             f"{t} {'at ' + p['path'] if p.get('path') else 'absent'}"
@@ -365,6 +500,7 @@ def render(res: dict) -> str:
                 f"{_f(g('custom_eager', '_speedup_vs_stock'), '{:.2f}x')} | "
                 f"{_f(g('custom_compiled', '_speedup_vs_stock'), '{:.2f}x')} | "
                 f"{_f(g('custom_eager_over_compiled', ''), '{:.2f}')} |")
+    lines += ncu_chain_lines(res)
     lines += ["", ("Wall per launch as a caller sees it, cold weights (µs): the batch's graph "
                    "built AND evaluated inside the timing, so host cost is included where the "
                    "GPU cannot hide it:"), "",
@@ -442,9 +578,27 @@ def main(argv=None) -> int:
     ap.add_argument("--sweep-json", default=None,
                     help="the hot-weight tiling sweep's JSON (bench/cuda_verify_sweep.py) whose "
                          "M=8 tiles are timed here; default: the committed one")
+    ap.add_argument("--ncu", action="store_true",
+                    help="after the rows, ncu's time of every row's stock and custom launch, "
+                         "each alone and cold (bench/cuda_verify_ncu.py --rows in a child "
+                         "process under ncu), merged into the rows")
+    ap.add_argument("--ncu-timeout", type=float, default=240.0)
+    ap.add_argument("--ncu-reps", type=int, default=1,
+                    help="launches per path under ncu (its cold times vary little)")
+    ap.add_argument("--merge-ncu", default=None, metavar="CSV",
+                    help="measure nothing: merge this ncu CSV (--rows) into --out's "
+                         "cuda_verify.json and render it again")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.merge_ncu:
+        import cuda_verify_ncu as cvn
+        res = json.loads((out / "cuda_verify.json").read_text())
+        print(f"{cvn.merge(res, Path(args.merge_ncu).read_text(), Path(args.merge_ncu).name)} "
+              "rows with ncu stock and custom times")
+        (out / "cuda_verify.json").write_text(json.dumps(res, indent=1))
+        (out / "cuda_verify.md").write_text(render(res))
+        return 0
     sweep_path = Path(args.sweep_json) if args.sweep_json else (
         ROOT / "bench" / "results" / "h200" / "cuda_verify.json")
     sweep = json.loads(sweep_path.read_text()) if sweep_path.exists() else {}
@@ -487,12 +641,13 @@ def main(argv=None) -> int:
 
     save()
     t_start = time.perf_counter()
+    tpath = Path(args.table) if args.table else ROOT / "kernels" / "selection_table.json"
+    table = json.loads(tpath.read_text())
+    res["table_source"] = (str(tpath.relative_to(ROOT)) if tpath.is_relative_to(ROOT)
+                           else str(tpath))
     if args.table_rows:
-        tpath = Path(args.table) if args.table else ROOT / "kernels" / "selection_table.json"
-        res["table_source"] = (str(tpath.relative_to(ROOT)) if tpath.is_relative_to(ROOT)
-                               else str(tpath))
         res["table_rows"] = []
-        for c in table_candidates(json.loads(tpath.read_text())):
+        for c in table_candidates(table):
             res["table_rows"].append(measure_candidate(c, ceiling, batch, reps))
             save()
         print(f"table rows: {time.perf_counter() - t_start:.0f} s", flush=True)
@@ -500,9 +655,14 @@ def main(argv=None) -> int:
         for op in args.shapes.split(","):
             k, n = SHAPES[op]
             for dt_name in dtypes:
-                res["rows"] += measure(op, k, n, dt_name, ms, ceiling, sweep, batch, reps)
+                res["rows"] += measure(op, k, n, dt_name, ms, ceiling, sweep, batch, reps,
+                                       table)
                 save()
                 print(f"elapsed {time.perf_counter() - t_start:.0f} s", flush=True)
+    if args.ncu and res["rows"]:
+        ncu_rows(out, res, args.ncu_timeout, args.ncu_reps)
+        save()
+        print(f"elapsed {time.perf_counter() - t_start:.0f} s", flush=True)
     print(render(res))
     return 0
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -105,28 +104,7 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
         return cv.device_us(lambda i: fn(x, copies[i % len(copies)]), batch, reps)
 
     def alone_us(fn, x) -> dict:
-        """Per launch when each launch waits for the one before (a model's chain of dependent
-        projections), not overlapped as in ``cold_us``: launch i+1 reads x + 0 * y_i[:, :1]
-        (one small fused kernel, the link), so the batch is a chain; the same chain of links
-        alone is timed too and taken off."""
-        link = mx.compile(lambda a, y: a + (y[:, :1] * 0).astype(a.dtype))
-
-        def timed(with_kernel: bool) -> list[float]:
-            ts = []
-            for r in range(reps + 2):
-                xi, outs = x, []
-                for i in range(batch):
-                    y = fn(xi, copies[i % len(copies)]) if with_kernel else xi
-                    xi = link(x, y)
-                    outs.append(xi)
-                t0 = time.perf_counter()
-                mx.eval(outs)
-                if r >= 2:  # two warm-up chains
-                    ts.append((time.perf_counter() - t0) / batch * 1e6)
-                del outs
-            return ts
-        chain, links = statistics.median(timed(True)), statistics.median(timed(False))
-        return {"us": chain - links, "chain_us": chain, "link_us": links}
+        return cv.chain_us(lambda xi, i: fn(xi, copies[i % len(copies)]), x, batch, reps)
 
     x8 = xs[8]
     ys = cv.stock(x8, one.wq, one.scales, one.biases)

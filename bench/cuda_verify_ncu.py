@@ -5,6 +5,11 @@
         python bench/cuda_verify_ncu.py [--cold-sweep DIR/cuda_verify_cold_sweep.json]
                                         [--points] [--shapes ...] [--dtypes ...] [--ms 8]
     python bench/cuda_verify_ncu.py --summarize ncu.csv > ncu.md
+    ncu ... python bench/cuda_verify_ncu.py --rows DIR/cuda_verify.json > ncu_rows.csv
+
+With --rows, every row of bench/cuda_verify.py's results (stock and the row's custom kernel and
+tile, at the row's shape, dtype and M) is launched; ``merge`` puts ncu's times back into those
+rows (bench/cuda_verify.py --ncu runs both).
 
 ncu flushes the caches before every kernel with --cache-control all, so each launch is cold,
 and it serialises launches: its durations are each kernel ALONE. The batched timings of
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import statistics
 import sys
 from pathlib import Path
 
@@ -37,46 +43,144 @@ REPS = 3
 TILE_KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_early")
 
 
-def summarize(path: str) -> str:
-    """The CSV (ncu --csv, this script's NCU_ORDER lines mixed in) as a markdown table: one row
-    per profiled launch, labelled with the path it belongs to."""
-    lines = Path(path).read_text().splitlines()
+UNITS_PER_US = {"ns": 1e3, "nsecond": 1e3, "usecond": 1.0, "us": 1.0, "msecond": 1e-3}
+
+
+def parse(text: str) -> list[dict]:
+    """The CSV (ncu --csv, this script's NCU_ORDER lines mixed in) as one record per profiled
+    launch, in launch order: ``label`` (the path it belongs to, from NCU_ORDER), ``name``,
+    ``grid``, ``block`` and every metric as ``metrics[name] = (value, unit)``."""
+    lines = text.splitlines()
     order = [ln for ln in lines if ln.startswith("NCU_ORDER")]
     rows = list(csv.reader(ln for ln in lines if ln.startswith('"')))
+    if not rows:
+        return []
     hdr, body = rows[0], rows[1:]
     kernels: dict[str, dict] = {}
     for r in body:
         d = dict(zip(hdr, r, strict=False))
-        k = kernels.setdefault(d["ID"], {"name": d["Kernel Name"][:40], "grid": d["Grid Size"],
-                                         "block": d["Block Size"]})
+        k = kernels.setdefault(d["ID"], {"name": d["Kernel Name"], "grid": d["Grid Size"],
+                                         "block": d["Block Size"], "metrics": {}, "rules": []})
         if d.get("Metric Name"):
-            k[d["Metric Name"]] = d["Metric Value"]
-            k[d["Metric Name"] + " unit"] = d.get("Metric Unit", "")
+            k["metrics"][d["Metric Name"]] = (d["Metric Value"], d.get("Metric Unit", ""))
+        elif d.get("Rule Name"):  # a section's finding (stall reasons, occupancy limits)
+            k["rules"].append(f"{d.get('Section Name', '')}/{d['Rule Name']}: "
+                              f"{d.get('Rule Description', '')}")
     labels = []
     for ln in order:  # "NCU_ORDER op dtype M=m path... xN"
         head, reps = ln.rsplit(" x", 1)
         labels += [head.removeprefix("NCU_ORDER ")] * int(reps)
+    out = []
+    for i, (_, k) in enumerate(sorted(kernels.items(), key=lambda kv: int(kv[0]))):
+        out.append({"label": labels[i] if i < len(labels) else "?", **k})
+    return out
+
+
+def metric(k: dict, *names: str, div: float = 1.0) -> float | None:
+    """The first of ``names`` present in one parsed launch, as a float; a time in µs (by its
+    unit), anything else divided by ``div``."""
+    for name in names:
+        v, unit = k["metrics"].get(name, ("", ""))
+        if v:
+            return float(v.replace(",", "")) / UNITS_PER_US.get(unit, div)
+    return None
+
+
+def duration_us(k: dict) -> float | None:
+    return metric(k, "gpu__time_duration.sum", "Duration", div=1e3)
+
+
+def summarize(path: str) -> str:
+    """The CSV as a markdown table: one row per profiled launch, labelled with its path."""
     out = [("| launch | kernel | grid | block | us | DRAM % of peak | DRAM MB read | "
             "L2 MB | warps active % | regs |"), "|---|---|---|---|---|---|---|---|---|---|"]
-    for i, (_, k) in enumerate(sorted(kernels.items(), key=lambda kv: int(kv[0]))):
-        label = labels[i] if i < len(labels) else "?"
-
-        def num(*names, div=1.0, k=k):  # the first metric present (raw or section name)
-            for name in names:
-                v = k.get(name)
-                if v:
-                    scale = {"ns": 1e3, "nsecond": 1e3, "usecond": 1.0, "us": 1.0,
-                             "msecond": 1e-3}.get(k.get(name + " unit"), div)
-                    return f"{float(v.replace(',', '')) / scale:.1f}"
-            return "-"
-        regs = k.get("launch__registers_per_thread") or k.get("Registers Per Thread", "-")
-        out.append(f"| {label} | {k['name']} | {k['grid']} | {k['block']} | "
+    for k in parse(Path(path).read_text()):
+        def num(*names, div=1.0, k=k):
+            v = metric(k, *names, div=div)
+            return "-" if v is None else f"{v:.1f}"
+        regs = (k["metrics"].get("launch__registers_per_thread")
+                or k["metrics"].get("Registers Per Thread") or ("-",))[0]
+        out.append(f"| {k['label']} | {k['name'][:40]} | {k['grid']} | {k['block']} | "
                    f"{num('gpu__time_duration.sum', 'Duration', div=1e3)} | "
                    f"{num('dram__throughput.avg.pct_of_peak_sustained_elapsed', 'DRAM Throughput')}"
                    f" | {num('dram__bytes_read.sum', div=1e6)} | "
                    f"{num('lts__t_bytes.sum', div=1e6)} | "
                    f"{num('sm__warps_active.avg.pct_of_peak_sustained_active')} | {regs} |")
     return "\n".join(out) + "\n"
+
+
+def row_label(r: dict, path: str) -> str:
+    """The NCU_ORDER label of one bench row's launch (``path``: stock or custom)."""
+    return f"row {r['shape']} {r['dtype']} M={r['M']} {path}"
+
+
+def merge(res: dict, text: str, source: str) -> int:
+    """Put ncu's time of each bench row's stock and custom launch (each ALONE, caches flushed:
+    cold) into ``res['rows']``: ``ncu_{stock,custom}_us`` (median over the launches), their
+    DRAM throughput, warps active and registers, % of the read ceiling and the ratio to stock.
+    A launch whose kernel is not the path's (stock: MLX's qmm/qmv; custom: dflash2) is left
+    out, not mislabelled. Returns the number of rows that got both times."""
+    by: dict[str, list[dict]] = {}
+    for k in parse(text):
+        by.setdefault(k["label"], []).append(k)
+    both = 0
+    for r in res.get("rows", []):
+        for path, mark in (("stock", ("qmm", "qmv")), ("custom", ("dflash2",))):
+            ks = [k for k in by.get(row_label(r, path), [])
+                  if any(m in k["name"] for m in mark) and duration_us(k) is not None]
+            if not ks:
+                continue
+            ts = sorted(duration_us(k) for k in ks)
+            r[f"ncu_{path}_us"] = statistics.median(ts)
+            r[f"ncu_{path}_all_us"] = ts
+            r[f"ncu_{path}_pct_ceiling"] = r["floor_us"] / r[f"ncu_{path}_us"]
+            for key, names in (("dram_pct", ("dram__throughput.avg.pct_of_peak_sustained_elapsed",
+                                             "DRAM Throughput")),
+                               ("warps_active_pct",
+                                ("sm__warps_active.avg.pct_of_peak_sustained_active",)),
+                               ("registers", ("launch__registers_per_thread",
+                                              "Registers Per Thread")),
+                               ("achieved_occupancy_pct", ("Achieved Occupancy",)),
+                               ("theoretical_occupancy_pct", ("Theoretical Occupancy",)),
+                               ("waves_per_sm", ("Waves Per SM",)),
+                               ("cycles_per_issue", ("Warp Cycles Per Issued Instruction",)),
+                               ("block_limit_registers", ("Block Limit Registers",))):
+                v = metric(ks[0], *names)
+                if v is not None:
+                    r[f"ncu_{path}_{key}"] = v
+            r[f"ncu_{path}_grid"], r[f"ncu_{path}_block"] = ks[0]["grid"], ks[0]["block"]
+            if ks[0].get("rules"):
+                r[f"ncu_{path}_findings"] = [t[:400] for t in ks[0]["rules"]
+                                             if "could not be found" not in t]
+        if "ncu_stock_us" in r and "ncu_custom_us" in r:
+            r["ncu_custom_speedup_vs_stock"] = r["ncu_stock_us"] / r["ncu_custom_us"]
+            both += 1
+    res["ncu"] = {"source": source, "rows_timed": both,
+                  "method": "ncu --clock-control none --cache-control all: each launch alone "
+                            "(ncu serialises kernels), caches flushed before it (cold), "
+                            "median over the launches per path"}
+    return both
+
+
+def launch_rows(res: dict, reps: int) -> int:
+    """The launches ``merge`` reads back: every row's stock and custom path, one weight copy."""
+    made: dict = {}
+    for r in res.get("rows", []):
+        if r.get("custom_error"):
+            continue
+        key = (r["shape"], r["dtype"])
+        if key not in made:
+            made.clear()  # one shape's weights on the GPU at a time
+            made[key] = cv.make_copies(r["K"], r["N"], cv.DTYPES[r["dtype"]], 1)[0]
+        qw = made[key]
+        x = (mx.random.normal((r["M"], r["K"]), key=mx.random.key(7)) / r["K"] ** 0.25
+             ).astype(cv.DTYPES[r["dtype"]])
+        mx.eval(x)
+        for path, fn in (("stock", cv.stock), ("custom", cv.custom_fn(r["kernel"], r["params"]))):
+            for _ in range(reps):
+                mx.eval(fn(x, qw.wq, qw.scales, qw.biases))
+            print(f"NCU_ORDER {row_label(r, path)} x{reps}", flush=True)
+    return 0
 
 
 def main(argv=None) -> int:
@@ -88,10 +192,15 @@ def main(argv=None) -> int:
     ap.add_argument("--ms", default="8")
     ap.add_argument("--reps", type=int, default=REPS)
     ap.add_argument("--summarize", default=None, metavar="CSV")
+    ap.add_argument("--rows", default=None, metavar="JSON",
+                    help="launch each row of bench/cuda_verify.py's JSON (its stock and its "
+                         "custom kernel and tile, at its shape, dtype and M) --reps times")
     args = ap.parse_args(argv)
     if args.summarize:
         sys.stdout.write(summarize(args.summarize))
         return 0
+    if args.rows:
+        return launch_rows(json.loads(Path(args.rows).read_text()), args.reps)
     sweep = json.loads((cv.ROOT / "bench" / "results" / "h200" / "cuda_verify.json").read_text())
     cold = json.loads(Path(args.cold_sweep).read_text()) if args.cold_sweep else None
     for op in args.shapes.split(","):

@@ -7,9 +7,13 @@
 #   scripts/h200.sh stage          there: copy whatever parts this call carried to /tmp/wheels
 #   scripts/h200.sh install        there: join the parts, install into /tmp/site (PYTHONPATH)
 #   scripts/h200.sh bench ARGS     there: bench/cuda_verify.py (the honest bench: read ceiling,
-#                                  cold and hot weights, eager and compiled, host cost) into
-#                                  /tmp/h200res, copied to $OUT; commit $OUT's cuda_verify.{json,md}
-#                                  under bench/results/h200/
+#                                  cold and hot weights, eager and compiled, host cost, a chain of
+#                                  dependent launches, and with --ncu ncu's time of every row's
+#                                  stock and custom launch alone, cold) into /tmp/h200res, copied
+#                                  to $OUT; commit $OUT's cuda_verify.{json,md} and
+#                                  cuda_verify_ncu_rows.csv under bench/results/h200/. With
+#                                  /tmp/h200res/chosen_table.json (the `choose` step) present,
+#                                  that table's sm_90 tiles are the ones timed
 #   scripts/h200.sh devtests       there: tests/test_cuda_launch_cache.py against the real CUDA
 #                                  kernel factory (built once, traced once, nothing cast per
 #                                  launch, host cost within 2 us of stock); log in $OUT
@@ -30,7 +34,14 @@
 #                                  stall reasons, L2 bytes), CSV into $OUT/ncu_cold.csv and a
 #                                  table into $OUT/ncu_cold.md; ARGS go to cuda_verify_ncu.py
 #                                  (--points: every tile of the cold sweep, each launch ALONE:
-#                                  the batched sweep lets independent launches overlap)
+#                                  the batched sweep lets independent launches overlap);
+#                                  NCU_LIGHT=1: kernel time and a few metrics only (one pass a
+#                                  kernel), NCU_DTYPES: the dtypes (default bfloat16)
+#   scripts/h200.sh choose         there: scripts/regen_sm90_table.py --choose-from-ncu: the M=8
+#                                  gate_up/down tiles of the table chosen by ncu's time of each
+#                                  tile ALONE (ncucold --points), bit-exact tiles only, into
+#                                  /tmp/h200res/chosen_table.json (+ tile_choice.json), which
+#                                  `bench` and `regen` then use
 #   scripts/h200.sh sweep ARGS     there: bench/cuda_verify_sweep.py, the HOT-weight tiling sweep
 #                                  and correctness check (ranks tiles; its times overstate speed)
 #   scripts/h200.sh suites         there: numeric-bounds, fingerprint and parity suites under
@@ -62,10 +73,21 @@
 #   run (at once, warm):  BENCH_TIMEOUT=150 bash scripts/h200.sh coldsweep --shapes gate_up \
 #                           --dtypes float16 --no-ring --budget-s 60
 #   here:  python3 bench/cuda_verify_ncu.py --summarize ncu_cold.csv > ncu_cold.md
-# Next (not run yet): coldsweep --dtypes bfloat16 --chain (the x_early tile set; --chain adds
-#   the chosen tiles' time in a chain of dependent launches), then
-#   NCU_TIMEOUT=300 bash scripts/h200.sh ncucold --points (every tile alone, the ranking that
-#   holds for a chain of dependent launches).
+# The current bench/results/h200/ files (tiles chosen by ncu time alone, bench with ncu rows and
+# chains, regenerated table, suites) came from, on a fresh clone (device time: see
+# docs/KERNELS.md):
+#   run (carry .whl/p1):  bash scripts/h200.sh stage
+#   run (carry .whl/p2):  bash scripts/h200.sh stage && bash scripts/h200.sh install &&
+#                         BENCH_TIMEOUT=200 bash scripts/h200.sh coldsweep --no-ring \
+#                           --dtypes bfloat16,float16 --ms 8 --chain --budget-s 110;
+#                         NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16 NCU_TIMEOUT=120 \
+#                           bash scripts/h200.sh ncucold --points;
+#                         bash scripts/h200.sh choose;
+#                         BENCH_TIMEOUT=250 bash scripts/h200.sh bench --table-rows --ncu \
+#                           --ncu-timeout 120; bash scripts/h200.sh regen
+#   run (at once, warm):  bash scripts/h200.sh suites
+#   here:  the files under bench/results/h200/; kernels/selection_table.json = candidate_table.json;
+#          python -m suites.expected_selections --write; suites/fingerprints.json from the run
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"
@@ -103,8 +125,10 @@ case "$cmd" in
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
     mkdir -p /tmp/h200res
     status=0
-    timeout "${BENCH_TIMEOUT:-480}" python3 bench/cuda_verify.py --out /tmp/h200res "$@" \
-      2>&1 | tee /tmp/h200res/cuda_verify.log || status=$?
+    table=()
+    [ -f /tmp/h200res/chosen_table.json ] && table=(--table /tmp/h200res/chosen_table.json)
+    timeout "${BENCH_TIMEOUT:-480}" python3 bench/cuda_verify.py --out /tmp/h200res \
+      ${table[@]+"${table[@]}"} "$@" 2>&1 | tee /tmp/h200res/cuda_verify.log || status=$?
     cp -r /tmp/h200res/. "$OUT"/
     exit $status
     ;;
@@ -119,8 +143,10 @@ case "$cmd" in
     ;;
   regen)
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+    table=kernels/selection_table.json
+    [ -f /tmp/h200res/chosen_table.json ] && table=/tmp/h200res/chosen_table.json
     python3 scripts/regen_sm90_table.py --results /tmp/h200res/cuda_verify.json \
-      --table kernels/selection_table.json --out /tmp/h200res/candidate_table.json \
+      --table "$table" --out /tmp/h200res/candidate_table.json \
       2>&1 | tee "$OUT/regen.log"
     cp /tmp/h200res/candidate_table.json "$OUT/"
     ;;
@@ -142,8 +168,10 @@ case "$cmd" in
     status=0
     # The ring tiles first in a process of their own: if they fault or differ, sweep without.
     ring=""
-    timeout 120 python3 bench/cuda_verify_cold_sweep.py --out /tmp/h200res --smoke 2>&1 \
-      | tee /tmp/h200res/cuda_verify_cold_sweep_smoke.log || ring="--no-ring"
+    case " $* " in *" --no-ring "*) ;; *)
+      timeout 120 python3 bench/cuda_verify_cold_sweep.py --out /tmp/h200res --smoke 2>&1 \
+        | tee /tmp/h200res/cuda_verify_cold_sweep_smoke.log || ring="--no-ring";;
+    esac
     timeout "${BENCH_TIMEOUT:-420}" python3 bench/cuda_verify_cold_sweep.py --out /tmp/h200res \
       $ring "$@" 2>&1 | tee /tmp/h200res/cuda_verify_cold_sweep.log || status=$?
     cp /tmp/h200res/cuda_verify_cold_sweep.* "$OUT"/
@@ -153,14 +181,27 @@ case "$cmd" in
     shift
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
     NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    sections="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats"
+    metrics=dram__bytes_read.sum,lts__t_bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active
+    if [ "${NCU_LIGHT:-0}" = 1 ]; then
+      sections=""
+      metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,$metrics,launch__registers_per_thread
+    fi
+    # shellcheck disable=SC2086
     timeout "${NCU_TIMEOUT:-150}" "$NCU" --clock-control none --cache-control all \
-      -k 'regex:qmm|qmv|dflash2' --csv --section SpeedOfLight --section Occupancy \
-      --section LaunchStats --section WarpStateStats \
-      --metrics dram__bytes_read.sum,lts__t_bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active \
+      -k 'regex:qmm|qmv|dflash2' --csv $sections --metrics "$metrics" \
       python3 bench/cuda_verify_ncu.py --cold-sweep /tmp/h200res/cuda_verify_cold_sweep.json \
       --dtypes "${NCU_DTYPES:-bfloat16}" --reps 1 "$@" > "$OUT/ncu_cold.csv" \
       2> "$OUT/ncu_cold.err" || echo "ncu rc $?"
     python3 bench/cuda_verify_ncu.py --summarize "$OUT/ncu_cold.csv" | tee "$OUT/ncu_cold.md"
+    ;;
+  choose)
+    export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+    python3 scripts/regen_sm90_table.py --choose-from-ncu "$OUT/ncu_cold.csv" \
+      --cold-sweep /tmp/h200res/cuda_verify_cold_sweep.json --table kernels/selection_table.json \
+      --out /tmp/h200res/chosen_table.json --choice-out /tmp/h200res/tile_choice.json \
+      2>&1 | tee "$OUT/choose.log"
+    cp "$OUT/ncu_cold.csv" "$OUT/ncu_cold.md" /tmp/h200res/ 2>/dev/null || true
     ;;
   sweep)
     shift
@@ -190,7 +231,7 @@ case "$cmd" in
       suites/test_selection.py --results-jsonl "$OUT/h200_suites.jsonl" 2>&1 | tee "$OUT/suites.log" | tail -40
     ;;
   *)
-    echo "usage: scripts/h200.sh fetch|stage|install|bench|devtests|hostcost|regen|ncu|ncucold|coldsweep|sweep|suites" >&2
+    echo "usage: scripts/h200.sh fetch|stage|install|bench|devtests|hostcost|regen|ncu|ncucold|coldsweep|choose|sweep|suites" >&2
     exit 2
     ;;
 esac

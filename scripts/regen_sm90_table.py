@@ -18,7 +18,19 @@ with the figures. An entry the results do not measure (or whose candidate failed
 dropped to stock the same way. Every other device's entries are left exactly as they are.
 
 Writes the table in place (or to ``--out``); ``--check`` writes nothing and exits 1 when the
-table differs from what the results say it should be. After a change, the reviewed record of
+table differs from what the results say it should be.
+
+The TILE of the M=8 gate_up and down entries is chosen before that, from each launch ALONE:
+
+    python scripts/regen_sm90_table.py --choose-from-ncu ncu_cold.csv \
+        --cold-sweep cuda_verify_cold_sweep.json [--table ...] [--out ...] [--choice-out J]
+
+reads ncu's kernel time of every tile the cold sweep (bench/cuda_verify_cold_sweep.py) ran
+under ``h200.sh ncucold --points`` (each launch alone, caches flushed), keeps the tiles the
+sweep found bit-exact and close to stock, and puts the fastest (median over its launches) into
+the entry (its ``candidate`` where the entry selects stock), with a ``chosen`` note; the
+batched sweep's own ranking is not used (it lets independent launches overlap). The full record
+(every tile's time, stock's, the previous tile's) goes to ``--choice-out``. After a change, the reviewed record of
 selections (suites/expected_selections.json) must be reviewed and rewritten with
 ``python -m suites.expected_selections --write``.
 """
@@ -87,6 +99,8 @@ def regenerate(table: dict, results: dict, results_name: str) -> tuple[dict, lis
                     keep, fig = verdict(row, cand["variant"], cand["params"])
                     base = {"devices": [DEVICE], "dtypes": [dtype], "M": e["M"],
                             "bits": e["bits"], "group_sizes": [gs], "shapes": [shape]}
+                    if e.get("chosen"):  # how the tile was chosen (choose_m8), kept
+                        base["chosen"] = e["chosen"]
                     if keep:
                         new = {**base, "variant": cand["variant"], "params": cand["params"],
                                "profiled": (f"{where}: wall {fig['custom_us']} us vs stock "
@@ -110,6 +124,92 @@ def regenerate(table: dict, results: dict, results_name: str) -> tuple[dict, lis
     return {**table, "entries": entries}, decisions
 
 
+# The tile keys of mma_weights_a written into an entry (the pipeline keys only when not default).
+CORE_KEYS = ("n_tile", "k_groups", "unroll", "prefetch")
+
+
+def _tile_from_label(label: str) -> dict | None:
+    """The params dict at the end of an ncu launch label ("op dtype M=8 tile {...}")."""
+    import ast
+    at = label.find("{")
+    if at < 0:
+        return None
+    try:
+        p = ast.literal_eval(label[at:])
+    except (ValueError, SyntaxError):
+        return None
+    return p if isinstance(p, dict) else None
+
+
+def choose_m8(table: dict, launches: list[dict], cold_sweep: dict, defaults: dict,
+              source: str) -> tuple[dict, dict]:
+    """(table with the M=8 gate_up/down sm_90 tiles chosen by ncu time alone, the record).
+    ``launches``: bench/cuda_verify_ncu.py's ``parse`` of the CSV (label, name), each with
+    its kernel time ``us``;
+    ``defaults``: mma_weights_a's DEFAULTS (tiles are compared with them filled in)."""
+    import statistics
+
+    def full(p: dict) -> tuple:
+        return tuple(sorted({**defaults, **p}.items()))
+
+    times: dict[tuple, dict[tuple, list[float]]] = {}
+    stock: dict[tuple, list[float]] = {}
+    for k in launches:
+        head = k["label"].split(" ", 3)
+        if len(head) < 4 or head[2] != "M=8":
+            continue
+        us = k.get("us")
+        if us is None:
+            continue
+        key = (head[0], head[1])
+        if head[3] == "stock" and ("qmm" in k["name"] or "qmv" in k["name"]):
+            stock.setdefault(key, []).append(us)
+            continue
+        p = _tile_from_label(head[3])
+        if p is not None and "dflash2" in k["name"]:
+            times.setdefault(key, {}).setdefault(full(p), []).append(us)
+    record: dict = {"source": source, "method": "ncu --cache-control all, each launch alone; "
+                    "median over a tile's launches; only tiles the cold sweep found exact and "
+                    "within 2e-2 of stock", "choices": {}}
+    entries = []
+    for e in table["entries"]:
+        cand = e.get("candidate") or {"variant": e["variant"], "params": e.get("params", {})}
+        key = (e["shapes"][0], e["dtypes"][0]) if len(e["shapes"]) == len(e["dtypes"]) == 1 \
+            else None
+        if (DEVICE not in e["devices"] or int(e["M"]) != 8 or key not in times
+                or cand["variant"] != "mma_weights_a"):
+            entries.append(e)
+            continue
+        sweep = (cold_sweep.get("shapes", {}).get(f"{key[0]}/{key[1]}") or {}).get("points", [])
+        bad = {full({kk: v for kk, v in pt.items() if kk in defaults}) for pt in sweep
+               if not pt.get("ok", False)}
+        shipped = full(cand["params"])
+        tiles = {t: statistics.median(v) for t, v in times[key].items()
+                 if t not in bad or t == shipped}
+        best = min(tiles, key=tiles.get)
+        bp = dict(best)
+        params = {kk: bp[kk] for kk in CORE_KEYS}
+        params.update({kk: v for kk, v in bp.items() if kk not in CORE_KEYS and v != defaults[kk]})
+        stock_us = statistics.median(stock[key]) if key in stock else None
+        note = (f"tile chosen by ncu time alone ({source}): {tiles[best]:.1f} us"
+                + (f" vs stock {stock_us:.1f} us" if stock_us else "")
+                + (f"; previous tile {tiles[shipped]:.1f} us" if shipped in tiles else ""))
+        new = dict(e)
+        if e["variant"] == "stock":
+            new["candidate"] = {"variant": "mma_weights_a", "params": params}
+        else:
+            new["params"] = params
+        new["chosen"] = note
+        entries.append(new)
+        record["choices"][f"{key[0]}/{key[1]}/8"] = {
+            "chosen": params, "us": tiles[best], "stock_us": stock_us,
+            "previous": dict(cand["params"]), "previous_us": tiles.get(shipped),
+            "tiles": sorted(({"params": dict(t), "us": u} for t, u in tiles.items()),
+                            key=lambda r: r["us"]),
+            "excluded_not_exact": [dict(t) for t in times[key] if t in bad and t != shipped]}
+    return {**table, "entries": entries}, record
+
+
 def render(table: dict) -> str:
     return json.dumps(table, indent=1) + "\n"
 
@@ -121,7 +221,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="where to write (default: --table, in place)")
     ap.add_argument("--check", action="store_true",
                     help="write nothing; exit 1 if the table is not what the results say")
+    ap.add_argument("--choose-from-ncu", default=None, metavar="CSV",
+                    help="choose the M=8 gate_up/down tiles from ncu's time of each tile alone "
+                         "(h200.sh ncucold --points) instead of regenerating from --results")
+    ap.add_argument("--cold-sweep", default=None, help="the cold sweep's JSON (with the CSV)")
+    ap.add_argument("--choice-out", default=None, help="where the choice record goes (JSON)")
     args = ap.parse_args(argv)
+    if args.choose_from_ncu:
+        return _choose(args)
     results_path = Path(args.results)
     try:
         results = json.loads(results_path.read_text())
@@ -149,6 +256,31 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.out or args.table).write_text(text)
     kept = sum(d["kept"] for d in decisions)
     print(f"{kept} kept, {len(decisions) - kept} dropped to stock -> {args.out or args.table}")
+    return 0
+
+
+def _choose(args) -> int:
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "bench"))
+    from cuda_verify_ncu import duration_us, parse
+
+    from kernels.variants.mma_weights_a import DEFAULTS
+    try:
+        csv_path = Path(args.choose_from_ncu)
+        launches = [{**k, "us": duration_us(k)} for k in parse(csv_path.read_text())]
+        cold = json.loads(Path(args.cold_sweep).read_text()) if args.cold_sweep else {}
+        table = json.loads(Path(args.table).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        print(f"regen_sm90_table: cannot read {e}", file=sys.stderr)
+        return 2
+    new, record = choose_m8(table, launches, cold, DEFAULTS, csv_path.name)
+    for key, c in record["choices"].items():
+        prev = f"{c['previous_us']:.1f}" if c["previous_us"] else "-"
+        print(f"{key}: {c['chosen']} {c['us']:.1f} us alone (stock {c['stock_us']}, previous "
+              f"tile {c['previous']} {prev} us; {len(c['tiles'])} tiles)")
+    Path(args.out or args.table).write_text(render(new))
+    if args.choice_out:
+        Path(args.choice_out).write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 

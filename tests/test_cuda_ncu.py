@@ -1,0 +1,106 @@
+"""ncu's kernel times in the H200 bench (issue 14): the CSV read back, merged into the bench's
+rows, and the M=8 tiles chosen from each launch ALONE. Pure Python on committed ncu output: no
+GPU, no ncu."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = ROOT / "bench" / "results" / "h200"
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import cuda_verify as cv  # noqa: E402
+import cuda_verify_ncu as cvn  # noqa: E402
+import regen_sm90_table as regen  # noqa: E402
+
+from kernels.variants.mma_weights_a import DEFAULTS  # noqa: E402
+
+# The first ncu run (2026-12-03 18:38 UTC): bf16 at M=8, per shape stock, the shipped tile and the
+# cold sweep's best, one launch each, with the SpeedOfLight/Occupancy/WarpStateStats sections.
+NCU_COLD = H200 / "ncu_cold.csv"
+if not NCU_COLD.exists():
+    NCU_COLD = H200 / "previous_ncu_cold.csv"
+
+
+def _as_rows_csv(text: str) -> str:
+    """That CSV with its stock and shipped-tile launches labelled as bench rows are (the
+    cold-best launches keep a label no row has)."""
+    text = re.sub(r"NCU_ORDER (\w+) (\w+) M=8 stock x1", r"NCU_ORDER row \1 \2 M=8 stock x1", text)
+    return re.sub(r"NCU_ORDER (\w+) (\w+) M=8 custom \{[^}]*\} x1",
+                  r"NCU_ORDER row \1 \2 M=8 custom x1", text)
+
+
+def _rows() -> list[dict]:
+    return [{"shape": s, "dtype": "bfloat16", "M": 8, "floor_us": 12.5, "K": k, "N": n,
+             "kernel": "mma_weights_a", "params": {}} for s, (k, n) in cv.SHAPES.items()]
+
+
+def test_the_summary_of_an_ncu_csv_is_unchanged():
+    """The parser the merge and the tile choice share gives the committed summary back."""
+    md = NCU_COLD.with_suffix(".md")
+    assert cvn.summarize(str(NCU_COLD)) == md.read_text()
+
+
+def test_ncu_times_merge_into_the_bench_rows_with_what_limits_them():
+    res = {"rows": _rows()}
+    assert cvn.merge(res, _as_rows_csv(NCU_COLD.read_text()), "x.csv") == 2
+    g, d = res["rows"]
+    assert g["ncu_stock_us"] == pytest.approx(87.616) and g["ncu_custom_us"] == pytest.approx(50.56)
+    assert g["ncu_custom_speedup_vs_stock"] == pytest.approx(87.616 / 50.56)
+    assert g["ncu_custom_pct_ceiling"] == pytest.approx(12.5 / 50.56)
+    assert d["ncu_stock_us"] == pytest.approx(224.896)
+    assert g["ncu_custom_registers"] == 82 and g["ncu_custom_grid"] == "(544, 1, 1)"
+    assert g["ncu_custom_achieved_occupancy_pct"] > 0
+    assert any("Occupancy" in f for f in g["ncu_custom_findings"])
+    assert res["ncu"]["rows_timed"] == 2
+    md = cv.ncu_chain_lines({"rows": res["rows"], "ncu": res["ncu"]})
+    assert any(ln.startswith("| gate_up | bfloat16 | 8 | 12.5 | 87.6 | 50.6 |") for ln in md)
+
+
+def test_a_launch_of_the_wrong_kernel_is_not_taken_for_the_path():
+    """Labels and kernels out of step (a path that launched another kernel) leave the row
+    without that time instead of giving it another launch's."""
+    text = _as_rows_csv(NCU_COLD.read_text())
+    swapped = (text.replace("M=8 stock x1", "M=8 TMP x1").replace("M=8 custom x1", "M=8 stock x1")
+               .replace("M=8 TMP x1", "M=8 custom x1"))
+    res = {"rows": _rows()}
+    assert cvn.merge(res, swapped, "x.csv") == 0
+    assert not any(k.startswith("ncu_stock_us") or k.startswith("ncu_custom_us")
+                   for r in res["rows"] for k in r)
+
+
+def _launches() -> list[dict]:
+    return [{**k, "us": cvn.duration_us(k)} for k in cvn.parse(NCU_COLD.read_text())]
+
+
+def test_the_m8_tile_is_the_fastest_alone_and_exact():
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    # the table as it was before the choice: the hot sweep's gate_up bf16 tile
+    for e in table["entries"]:
+        if e["devices"] == ["sm_90"] and e["shapes"] == ["gate_up"] and e["M"] == 8 and \
+                e["dtypes"] == ["bfloat16"]:
+            e.update(variant="mma_weights_a",
+                     params={"n_tile": 32, "k_groups": 1, "unroll": 1, "prefetch": 1})
+            e.pop("candidate", None)
+    cold = json.loads((H200 / "cuda_verify_cold_sweep.json").read_text()) if (
+        H200 / "cuda_verify_cold_sweep.json").exists() else {}
+    new, rec = regen.choose_m8(table, _launches(), cold, DEFAULTS, "ncu_cold.csv")
+    c = rec["choices"]["gate_up/bfloat16/8"]
+    assert c["chosen"] == {"n_tile": 32, "k_groups": 4, "unroll": 2, "prefetch": 0}
+    assert c["us"] == pytest.approx(27.648) and c["previous_us"] == pytest.approx(50.56)
+    e = next(e for e in new["entries"] if e["devices"] == ["sm_90"] and
+             e["shapes"] == ["gate_up"] and e["M"] == 8 and e["dtypes"] == ["bfloat16"])
+    assert (e.get("candidate") or e)["params"] == c["chosen"] and "ncu time alone" in e["chosen"]
+    # a tile the cold sweep did not find bit-exact is never chosen, however fast
+    bad = {"shapes": {"gate_up/bfloat16": {"points": [
+        {**DEFAULTS, "n_tile": 32, "k_groups": 4, "unroll": 2, "prefetch": 0, "ok": False}]}}}
+    _, rec = regen.choose_m8(table, _launches(), bad, DEFAULTS, "ncu_cold.csv")
+    assert rec["choices"]["gate_up/bfloat16/8"]["chosen"] == {
+        "n_tile": 32, "k_groups": 1, "unroll": 1, "prefetch": 1}
