@@ -430,7 +430,7 @@ NCU_SECTIONS = ("--section", "SpeedOfLight", "--section", "Occupancy", "--sectio
                 "LaunchStats", "--section", "WarpStateStats")
 
 
-def ncu_rows(out: Path, res: dict, timeout: float, reps: int = 1) -> None:
+def ncu_rows(out: Path, res: dict, timeout: float, reps: int = 2) -> None:
     """Kernel time from the profiler: ncu runs bench/cuda_verify_ncu.py --rows on this run's
     JSON (every row's stock and custom launch, each alone, caches flushed) in a child process;
     its CSV is kept beside the JSON and merged into the rows."""
@@ -439,21 +439,24 @@ def ncu_rows(out: Path, res: dict, timeout: float, reps: int = 1) -> None:
     if not ncu:
         res["ncu"] = {"absent": "no ncu on this machine: the one-launch times are the chain's"}
         return
-    csv_path = out / "cuda_verify_ncu_rows.csv"
-    cmd = [ncu, "--clock-control", "none", "--cache-control", "all", "-k",
-           "regex:qmm|qmv|dflash2", "--csv", *NCU_SECTIONS, "--metrics", NCU_METRICS,
-           sys.executable, str(ROOT / "bench" / "cuda_verify_ncu.py"), "--rows",
-           str(out / "cuda_verify.json"), "--reps", str(reps)]
-    mx.clear_cache()
-    try:
-        with csv_path.open("w") as f:
-            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout,
-                                check=False).returncode
-    except subprocess.TimeoutExpired:
-        rc = "timeout"
-    n = cvn.merge(res, csv_path.read_text(), csv_path.name)
-    res["ncu"]["rc"] = rc
-    print(f"ncu: rc {rc}, {n} rows with stock and custom kernel times", flush=True)
+    for csv_name, sections, ms, n_reps in (("cuda_verify_ncu_rows.csv", (), "", reps),
+                                           ("cuda_verify_ncu_limits.csv", NCU_SECTIONS, "8", 1)):
+        # times of every row (one pass a kernel), then what limits the M=8 rows (more passes)
+        csv_path = out / csv_name
+        cmd = [ncu, "--clock-control", "none", "--cache-control", "all", "-k",
+               "regex:qmm|qmv|dflash2", "--csv", *sections, "--metrics", NCU_METRICS,
+               sys.executable, str(ROOT / "bench" / "cuda_verify_ncu.py"), "--rows",
+               str(out / "cuda_verify.json"), "--reps", str(n_reps), "--ms", ms]
+        mx.clear_cache()
+        try:
+            with csv_path.open("w") as f:
+                rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout,
+                                    check=False).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        n = cvn.merge(res, csv_path.read_text(), csv_path.name, times=not sections)
+        res["ncu"][f"rc {csv_name}"] = rc
+        print(f"ncu {csv_name}: rc {rc}, {n} rows with stock and custom", flush=True)
 
 
 def render(res: dict) -> str:
@@ -582,9 +585,9 @@ def main(argv=None) -> int:
                     help="after the rows, ncu's time of every row's stock and custom launch, "
                          "each alone and cold (bench/cuda_verify_ncu.py --rows in a child "
                          "process under ncu), merged into the rows")
-    ap.add_argument("--ncu-timeout", type=float, default=240.0)
-    ap.add_argument("--ncu-reps", type=int, default=1,
-                    help="launches per path under ncu (its cold times vary little)")
+    ap.add_argument("--ncu-timeout", type=float, default=120.0, help="for each of ncu's two runs")
+    ap.add_argument("--ncu-reps", type=int, default=2,
+                    help="launches per path under ncu for the times (its cold times vary little)")
     ap.add_argument("--merge-ncu", default=None, metavar="CSV",
                     help="measure nothing: merge this ncu CSV (--rows) into --out's "
                          "cuda_verify.json and render it again")

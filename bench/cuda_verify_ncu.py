@@ -114,7 +114,7 @@ def row_label(r: dict, path: str) -> str:
     return f"row {r['shape']} {r['dtype']} M={r['M']} {path}"
 
 
-def merge(res: dict, text: str, source: str) -> int:
+def merge(res: dict, text: str, source: str, times: bool = True) -> int:
     """Put ncu's time of each bench row's stock and custom launch (each ALONE, caches flushed:
     cold) into ``res['rows']``: ``ncu_{stock,custom}_us`` (median over the launches), their
     DRAM throughput, warps active and registers, % of the read ceiling and the ratio to stock.
@@ -130,10 +130,11 @@ def merge(res: dict, text: str, source: str) -> int:
                   if any(m in k["name"] for m in mark) and duration_us(k) is not None]
             if not ks:
                 continue
-            ts = sorted(duration_us(k) for k in ks)
-            r[f"ncu_{path}_us"] = statistics.median(ts)
-            r[f"ncu_{path}_all_us"] = ts
-            r[f"ncu_{path}_pct_ceiling"] = r["floor_us"] / r[f"ncu_{path}_us"]
+            if times:
+                ts = sorted(duration_us(k) for k in ks)
+                r[f"ncu_{path}_us"] = statistics.median(ts)
+                r[f"ncu_{path}_all_us"] = ts
+                r[f"ncu_{path}_pct_ceiling"] = r["floor_us"] / r[f"ncu_{path}_us"]
             for key, names in (("dram_pct", ("dram__throughput.avg.pct_of_peak_sustained_elapsed",
                                              "DRAM Throughput")),
                                ("warps_active_pct",
@@ -155,6 +156,9 @@ def merge(res: dict, text: str, source: str) -> int:
         if "ncu_stock_us" in r and "ncu_custom_us" in r:
             r["ncu_custom_speedup_vs_stock"] = r["ncu_stock_us"] / r["ncu_custom_us"]
             both += 1
+    if not times:
+        res.setdefault("ncu", {})["limits_source"] = source
+        return both
     res["ncu"] = {"source": source, "rows_timed": both,
                   "method": "ncu --clock-control none --cache-control all: each launch alone "
                             "(ncu serialises kernels), caches flushed before it (cold), "
@@ -162,11 +166,12 @@ def merge(res: dict, text: str, source: str) -> int:
     return both
 
 
-def launch_rows(res: dict, reps: int) -> int:
-    """The launches ``merge`` reads back: every row's stock and custom path, one weight copy."""
+def launch_rows(res: dict, reps: int, ms: set[int] | None = None) -> int:
+    """The launches ``merge`` reads back: every row's (at M in ``ms``) stock and custom path,
+    one weight copy."""
     made: dict = {}
     for r in res.get("rows", []):
-        if r.get("custom_error"):
+        if r.get("custom_error") or (ms and r["M"] not in ms):
             continue
         key = (r["shape"], r["dtype"])
         if key not in made:
@@ -189,7 +194,7 @@ def main(argv=None) -> int:
     ap.add_argument("--points", action="store_true")
     ap.add_argument("--shapes", default=",".join(cv.SHAPES))
     ap.add_argument("--dtypes", default=",".join(cv.DTYPES))
-    ap.add_argument("--ms", default="8")
+    ap.add_argument("--ms", default="8", help="the M to launch (with --rows: '' for every row's)")
     ap.add_argument("--reps", type=int, default=REPS)
     ap.add_argument("--summarize", default=None, metavar="CSV")
     ap.add_argument("--rows", default=None, metavar="JSON",
@@ -200,7 +205,8 @@ def main(argv=None) -> int:
         sys.stdout.write(summarize(args.summarize))
         return 0
     if args.rows:
-        return launch_rows(json.loads(Path(args.rows).read_text()), args.reps)
+        return launch_rows(json.loads(Path(args.rows).read_text()), args.reps,
+                           {int(v) for v in args.ms.split(",")} if args.ms else None)
     sweep = json.loads((cv.ROOT / "bench" / "results" / "h200" / "cuda_verify.json").read_text())
     cold = json.loads(Path(args.cold_sweep).read_text()) if args.cold_sweep else None
     for op in args.shapes.split(","):

@@ -25,9 +25,9 @@ The TILE of the M=8 gate_up and down entries is chosen before that, from each la
     python scripts/regen_sm90_table.py --choose-from-ncu ncu_cold.csv \
         --cold-sweep cuda_verify_cold_sweep.json [--table ...] [--out ...] [--choice-out J]
 
-reads ncu's kernel time of every tile the cold sweep (bench/cuda_verify_cold_sweep.py) ran
-under ``h200.sh ncucold --points`` (each launch alone, caches flushed), keeps the tiles the
-sweep found bit-exact and close to stock, and puts the fastest (median over its launches) into
+reads ncu's kernel time of every tile of the cold sweep's set (bench/cuda_verify_cold_sweep.py)
+under ``h200.sh ncucold --points`` (each launch alone, caches flushed), keeps the tiles that
+sweep ran and found bit-exact and close to stock (and the entry's own tile), and puts the fastest (median over its launches) into
 the entry (its ``candidate`` where the entry selects stock), with a ``chosen`` note; the
 batched sweep's own ranking is not used (it lets independent launches overlap). The full record
 (every tile's time, stock's, the previous tile's) goes to ``--choice-out``. After a change, the reviewed record of
@@ -169,8 +169,8 @@ def choose_m8(table: dict, launches: list[dict], cold_sweep: dict, defaults: dic
         if p is not None and "dflash2" in k["name"]:
             times.setdefault(key, {}).setdefault(full(p), []).append(us)
     record: dict = {"source": source, "method": "ncu --cache-control all, each launch alone; "
-                    "median over a tile's launches; only tiles the cold sweep found exact and "
-                    "within 2e-2 of stock", "choices": {}}
+                    "median over a tile's launches; only tiles the cold sweep ran and found "
+                    "bit-exact and within 2e-2 of stock (and the entry's own tile)", "choices": {}}
     entries = []
     for e in table["entries"]:
         cand = e.get("candidate") or {"variant": e["variant"], "params": e.get("params", {})}
@@ -181,11 +181,17 @@ def choose_m8(table: dict, launches: list[dict], cold_sweep: dict, defaults: dic
             entries.append(e)
             continue
         sweep = (cold_sweep.get("shapes", {}).get(f"{key[0]}/{key[1]}") or {}).get("points", [])
-        bad = {full({kk: v for kk, v in pt.items() if kk in defaults}) for pt in sweep
-               if not pt.get("ok", False)}
+        # only a tile the cold sweep ran and found exact (a skipped or absent one is unchecked)
+        good = {full({kk: v for kk, v in pt.items() if kk in defaults}) for pt in sweep
+                if pt.get("ok")}
         shipped = full(cand["params"])
         tiles = {t: statistics.median(v) for t, v in times[key].items()
-                 if t not in bad or t == shipped}
+                 if t in good or t == shipped}
+        if not set(tiles) - {shipped}:  # nothing checked to choose from: left as it is
+            entries.append(e)
+            record["choices"][f"{key[0]}/{key[1]}/8"] = {
+                "skipped": "the cold sweep checked none of the tiles ncu timed"}
+            continue
         best = min(tiles, key=tiles.get)
         bp = dict(best)
         params = {kk: bp[kk] for kk in CORE_KEYS}
@@ -206,7 +212,7 @@ def choose_m8(table: dict, launches: list[dict], cold_sweep: dict, defaults: dic
             "previous": dict(cand["params"]), "previous_us": tiles.get(shipped),
             "tiles": sorted(({"params": dict(t), "us": u} for t, u in tiles.items()),
                             key=lambda r: r["us"]),
-            "excluded_not_exact": [dict(t) for t in times[key] if t in bad and t != shipped]}
+            "excluded_unchecked": [dict(t) for t in times[key] if t not in tiles]}
     return {**table, "entries": entries}, record
 
 
@@ -224,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--choose-from-ncu", default=None, metavar="CSV",
                     help="choose the M=8 gate_up/down tiles from ncu's time of each tile alone "
                          "(h200.sh ncucold --points) instead of regenerating from --results")
-    ap.add_argument("--cold-sweep", default=None, help="the cold sweep's JSON (with the CSV)")
+    ap.add_argument("--cold-sweep", default=None,
+                    help="the cold sweep's JSON (with the CSV); several, comma-separated")
     ap.add_argument("--choice-out", default=None, help="where the choice record goes (JSON)")
     args = ap.parse_args(argv)
     if args.choose_from_ncu:
@@ -268,13 +275,19 @@ def _choose(args) -> int:
     try:
         csv_path = Path(args.choose_from_ncu)
         launches = [{**k, "us": duration_us(k)} for k in parse(csv_path.read_text())]
-        cold = json.loads(Path(args.cold_sweep).read_text()) if args.cold_sweep else {}
+        cold: dict = {"shapes": {}}
+        for f in (args.cold_sweep or "").split(","):  # several sweeps: each shape's last one
+            if f:
+                cold["shapes"].update(json.loads(Path(f).read_text()).get("shapes", {}))
         table = json.loads(Path(args.table).read_text())
     except (OSError, json.JSONDecodeError) as e:
         print(f"regen_sm90_table: cannot read {e}", file=sys.stderr)
         return 2
     new, record = choose_m8(table, launches, cold, DEFAULTS, csv_path.name)
     for key, c in record["choices"].items():
+        if "skipped" in c:
+            print(f"{key}: unchanged ({c['skipped']})")
+            continue
         prev = f"{c['previous_us']:.1f}" if c["previous_us"] else "-"
         print(f"{key}: {c['chosen']} {c['us']:.1f} us alone (stock {c['stock_us']}, previous "
               f"tile {c['previous']} {prev} us; {len(c['tiles'])} tiles)")
