@@ -24,6 +24,9 @@ Modes, each timed as wall clock from process start to process end (median of --r
                    `farm run` on the host attaches to it): every run attaches; the fleet's up
                    and down are timed apart. ``farm-embedded`` runs with an empty state
                    directory of its own: it never attaches to a warm fleet.
+7. ``farm-embedded-1``, ``farm-warm-1``  the same two with one device (g13s): set beside
+                   ``plain`` on that device, the farm's own fixed cost with nothing else
+                   competing for the two cores.
 
 Derived figures (see the report): ratio of farm wall to the slowest single device; fixed cost
 (farm wall minus the slowest single device); per-test overhead (the farm's pytest sessions
@@ -32,9 +35,10 @@ against plain pytest sessions under the same concurrency, per test); and, from o
 the time goes.
 
 Start-up figures (the "Start-up" section): for each farm mode, fixed cost = its wall minus plain
-pytest of the same suite on the slowest single device (from ``sequential``), the ratio of the two,
-and the time from the process start to the first test's result (the device's own clock), all
-from the same run of this script. ``--modes`` runs a subset (e.g. ``plain,sequential,
+pytest doing the same work at the same concurrency (``plain`` for one device, ``concurrent`` for
+three), paired per round; beside it the wall minus plain pytest on the slowest single device (from
+``sequential``); and the time from the process start to the first test's result (the device's
+own clock), all from the same run of this script. ``--modes`` runs a subset (e.g. ``plain,sequential,
 farm-embedded,farm-warm`` for the start-up figures alone).
 
 Never run as a unit test: ``python bench/bench_orchestration.py [--suite m8-parity] [--reps 3]``.
@@ -93,7 +97,12 @@ CLUSTER_BASE_PORT = 16000  # head 16000.., agents +300 each; below the ephemeral
 TARGET_RATIO, TARGET_FIXED_S, TARGET_PER_TEST_MS = 1.2, 6.0, 2.0
 TARGET_FIRST_TEST_S, TARGET_WARM_FIXED_S = 6.0, 2.0  # embedded: first test; warm: fixed cost
 MODES = ("plain", "sequential", "concurrent", "xdist", "device-job", "farm-embedded",
-         "farm-cluster", "farm-warm")
+         "farm-cluster", "farm-warm", "farm-embedded-1", "farm-warm-1")
+ONE = "g13s"  # the single-device farm modes' device: the same one ``plain`` runs
+# farm mode -> (its devices, the plain mode that does the same work with the same concurrency)
+FARM_MODES = {"farm-embedded": (SELECTORS, "concurrent"), "farm-cluster": (SELECTORS, "concurrent"),
+              "farm-warm": (SELECTORS, "concurrent"), "farm-embedded-1": (ONE, "plain"),
+              "farm-warm-1": (ONE, "plain")}
 _SUMMARY = re.compile(r"(\d+) passed.* in ([\d.]+)s")
 
 
@@ -194,8 +203,9 @@ def mode_xdist(suite) -> dict:
     return {"wall": wall, "tests": n, "span": span, "workers": workers, "rc": out.returncode}
 
 
-def farm_cmd(suite_name: str, db: Path, address: str | None) -> list[str]:
-    cmd = [*FARM, "run", "--suite", suite_name, "--devices", SELECTORS, "--db", str(db), "--json"]
+def farm_cmd(suite_name: str, db: Path, address: str | None, devices: str = SELECTORS,
+             ) -> list[str]:
+    cmd = [*FARM, "run", "--suite", suite_name, "--devices", devices, "--db", str(db), "--json"]
     return cmd + (["--address", address] if address else [])
 
 
@@ -212,12 +222,13 @@ def check_farm(out: subprocess.CompletedProcess, what: str) -> dict:
 
 
 def mode_farm(suite_name: str, env: dict[str, str], address: str | None,
-              probe: Path | None = None, db: Path | None = None, what: str = "") -> dict:
+              probe: Path | None = None, db: Path | None = None, what: str = "",
+              devices: str = SELECTORS) -> dict:
     """One `farm run`; ``db``: a history kept across runs (a user's second run has one), else a
     new one for this run."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-farm-"))
     try:
-        cmd = farm_cmd(suite_name, db or tmp / "h.db", address)
+        cmd = farm_cmd(suite_name, db or tmp / "h.db", address, devices)
         if probe is not None:  # the same farm.cli.app.main, with its phases timed
             cmd = [PY, str(Path(__file__).resolve()), "--_probe", str(probe), "--", *cmd[3:]]
             env = {**env, "BENCH_T0": repr(time.time())}
@@ -248,6 +259,15 @@ def _probe_main(out_path: str, argv: list[str]) -> None:
     atexit.register(dump)
     import db
     import farm.cli.app
+    from farm import quick_exit
+
+    real_end = quick_exit.end
+
+    def end(code: int) -> None:  # the CLI's os._exit skips atexit: the marks are written first
+        if quick_exit.ACTIVE and quick_exit.ray_connected():
+            dump()
+        real_end(code)
+    quick_exit.end = end
     from farm.fleet import cluster, embedded, health, shipping, warm
     from farm.runner import driver as frun
     mark("imports")
@@ -377,10 +397,10 @@ def profile_phases(probe: dict, wall: float) -> dict:
         "stage tree copy": staged_in,
         "warm fleet: read state, check keeper and GCS": m.get("attach:end", 0)
         - m.get("attach:start", 0),
-        "embedded Ray fleet start (3 nodes, the first the head; ray.init aside)": fleet_start,
+        "embedded Ray fleet start (a node per device, the first the head; ray.init aside)": fleet_start,
         "ray.init + working_dir package/upload": connect_s,
         "list devices, start run": m["check_devices:start"] - ready,
-        "health: task scheduled -> running on node (Ray worker start, working_dir)":
+        "health: task scheduled -> running on node (Ray worker start, working_dir; 0 where the check ran here beforehand)":
             h_start - m["check_devices:start"],
         "health: check subprocess (MLX import + golden QMM) and return":
             m["check_devices:end"] - h_start,
@@ -560,7 +580,7 @@ def main() -> None:
     started = datetime.datetime.now(datetime.UTC)
     loads = {"start": load()}
     R: dict[str, list[dict]] = {k: [] for k in MODES}
-    probes: dict[str, list[dict]] = {"farm-embedded": [], "farm-cluster": [], "farm-warm": []}
+    probes: dict[str, list[dict]] = {m: [] for m in FARM_MODES}
     literal: dict[str, float] = {}
     # one history per farm mode, kept across its runs: a user's next run has one
     dbs = {m: tmpd / f"{m}.db" for m in probes}
@@ -576,7 +596,7 @@ def main() -> None:
     def farm_probe(name: str, env: dict[str, str], address: str | None) -> dict:
         pfile = tmpd / f"{name}-{len(R[name])}.json"
         r = one(name, lambda: mode_farm(suite.name, env, address, probe=pfile, db=dbs[name],
-                                        what=name))
+                                        what=name, devices=FARM_MODES[name][0]))
         probes[name].append({"wall": r["wall"], **profile_phases(json.loads(pfile.read_text()),
                                                                   r["wall"])})
         return r
@@ -591,7 +611,7 @@ def main() -> None:
     try:
         if "farm-cluster" in modes:
             cl = Cluster(workaround)
-        if "farm-warm" in modes:
+        if {"farm-warm", "farm-warm-1"} & modes:
             wf = Warm(workaround)
 
         def on_signal(signum, frame):
@@ -636,8 +656,12 @@ def main() -> None:
                 farm_probe("farm-embedded", farm_env, None)
             if cl:
                 farm_probe("farm-cluster", cl.env(), cl.c.address)
-            if wf:
+            if wf and "farm-warm" in modes:
                 farm_probe("farm-warm", wf.env(), None)
+            if "farm-embedded-1" in modes:
+                farm_probe("farm-embedded-1", farm_env, None)
+            if wf and "farm-warm-1" in modes:
+                farm_probe("farm-warm-1", wf.env(), None)
         # the literal CLI once per farm mode, to show the timers change nothing
         if "farm-embedded" in modes:
             literal["farm-embedded"] = round(mode_farm(suite.name, farm_env, None,
@@ -645,9 +669,13 @@ def main() -> None:
         if cl:
             literal["farm-cluster"] = round(mode_farm(suite.name, cl.env(), cl.c.address,
                                                       db=dbs["farm-cluster"])["wall"], 2)
-        if wf:
+        if wf and "farm-warm" in modes:
             literal["farm-warm"] = round(mode_farm(suite.name, wf.env(), None,
                                                    db=dbs["farm-warm"], what="warm")["wall"], 2)
+        if wf and "farm-warm-1" in modes:
+            literal["farm-warm-1"] = round(mode_farm(suite.name, wf.env(), None,
+                                                     db=dbs["farm-warm-1"], what="warm",
+                                                     devices=ONE)["wall"], 2)
         print(f"  literal `farm run` walls: {literal}", flush=True)
     finally:
         if cl:
@@ -689,10 +717,14 @@ def report(args, suite, workaround, started, loads, R, probe_runs, cluster_info,
                         "per_job": runs[-1]["per_job"]}
     derived: dict[str, dict] = {}
     startup: dict[str, dict] = {}
-    for mode in ("farm-embedded", "farm-cluster", "farm-warm"):
+    for mode in FARM_MODES:
         if mode not in walls:
             continue
         w = med(walls[mode])
+        same = FARM_MODES[mode][1]  # plain pytest doing the same work, same concurrency
+        same_walls = walls.get(same, [])
+        # paired per round (the modes run round-robin): the farm's wall minus the plain run's
+        same_fixed = [a - b for a, b in zip(walls[mode], same_walls, strict=False)]
         fixed = w - slowest
         allowed = TARGET_RATIO * slowest + TARGET_FIXED_S
         runs = probe_runs[mode]
@@ -703,6 +735,10 @@ def report(args, suite, workaround, started, loads, R, probe_runs, cluster_info,
         conc = med(walls["concurrent"]) if "concurrent" in walls else nan
         first = [p["first_test_s"] for p in runs if p.get("first_test_s") is not None]
         startup[mode] = {
+            "devices": FARM_MODES[mode][0], "same_work": same,
+            "same_work_wall_median": round(med(same_walls), 2) if same_walls else None,
+            "fixed_cost_vs_same_work": round(med(same_fixed), 2) if same_fixed else None,
+            "fixed_costs_vs_same_work": [round(x, 2) for x in same_fixed],
             "wall_median": round(w, 2), "plain_slowest_single": round(slowest, 2),
             "fixed_cost": round(fixed, 2), "ratio_to_slowest_single": round(w / slowest, 2),
             "fixed_costs": [round(x - slowest, 2) for x in walls[mode]],
@@ -726,6 +762,8 @@ def report(args, suite, workaround, started, loads, R, probe_runs, cluster_info,
              "meets_per_test": per_test <= TARGET_PER_TEST_MS,
              "meets_per_test_paired": paired <= TARGET_PER_TEST_MS,
              "literal_cli_wall": literal.get(mode)}
+        if mode.endswith("-1"):
+            continue  # one device: the start-up section has its figures
         derived[mode] = d
     mode_load = {k: [r["load1_before"] for r in v] for k, v in R.items() if v}
     result = {
@@ -785,6 +823,8 @@ def markdown(res: dict, walls: dict[str, list[float]]) -> str:
         "farm-embedded": f"`farm run --devices {SELECTORS}`, embedded fleet (Ray start+stop inside)",
         "farm-cluster": f"`farm run --devices {SELECTORS} --address` to a running loopback cluster",
         "farm-warm": f"`farm run --devices {SELECTORS}` with a warm fleet up (`farm fleet up`)",
+        "farm-embedded-1": f"`farm run --devices {ONE}`, embedded fleet of one node",
+        "farm-warm-1": f"`farm run --devices {ONE}` on the same warm fleet",
     }
     L += ["| mode | what | tests | wall s, median (range) | per test ms |", "|---|---|---:|---:|---:|"]
     for k, v in walls.items():
@@ -889,21 +929,29 @@ def startup_markdown(res: dict) -> list[str]:
         return []
     slow = res["slowest_single"]
     L = ["\n## Start-up: fixed cost and first test\n",
-         (f"Fixed cost = farm wall - plain `pytest` of the same suite on the slowest single device "
-         f"({slow['arch']}, {slow['wall']:.2f} s, from `sequential` in the same run); first "
-         f"test = process start to the first test's result (device clock, same host). Medians "
-         f"of {res['reps']} rounds, each round's fixed cost in brackets. Targets: embedded "
-         f"fleet's first test <= {TARGET_FIRST_TEST_S:g} s, warm fleet's fixed cost <= "
-         f"{TARGET_WARM_FIXED_S:g} s.\n"),
-         ("| farm mode | wall s | plain pytest, slowest device s | fixed cost s (rounds) | "
-         "wall / plain | first pytest session s | first test s |"),
-         "|---|---:|---:|---:|---:|---:|---:|"]
+         ("Fixed cost, same work = farm wall - plain `pytest` doing the same work at the same "
+          "concurrency, paired per round (the modes run round-robin): a one-device farm run "
+          f"({ONE}) against `plain` on that device; a three-device run against `concurrent` "
+          "(three pytest processes at once on this host's two cores). Fixed cost, slowest single "
+          f"= farm wall - plain `pytest` on the slowest single device ({slow['arch']}, "
+          f"{slow['wall']:.2f} s, from `sequential`): for three devices it also holds the cost of "
+          "running three at once on two cores, which no orchestrator removes. First test = "
+          "process start to the first test's result (device clock, same host). Medians of "
+          f"{res['reps']} rounds, each round's figure in brackets. Targets: embedded fleet's "
+          f"first test <= {TARGET_FIRST_TEST_S:g} s, warm fleet's fixed cost <= "
+          f"{TARGET_WARM_FIXED_S:g} s.\n"),
+         ("| farm mode | devices | wall s | same work in plain pytest s | fixed cost, same work s "
+          "(rounds) | fixed cost, slowest single s | first pytest session s | first test s |"),
+         "|---|---|---:|---:|---:|---:|---:|---:|"]
     for mode, d in st.items():
         first = d["first_test_s_median"]
         sess = d["first_session_s_median"]
-        L.append(f"| {mode} | {d['wall_median']:.2f} | {d['plain_slowest_single']:.2f} | "
-                 f"{d['fixed_cost']:.2f} ({', '.join(f'{x:.2f}' for x in d['fixed_costs'])}) | "
-                 f"{d['ratio_to_slowest_single']:.2f} | "
+        same = d.get("fixed_cost_vs_same_work")
+        rounds = ", ".join(f"{x:.2f}" for x in d.get("fixed_costs_vs_same_work") or [])
+        L.append(f"| {mode} | {d.get('devices', SELECTORS)} | {d['wall_median']:.2f} | "
+                 f"{'-' if d.get('same_work_wall_median') is None else d['same_work_wall_median']}"
+                 f" ({d.get('same_work', '-')}) | "
+                 f"{'-' if same is None else f'{same:.2f} ({rounds})'} | {d['fixed_cost']:.2f} | "
                  f"{'-' if sess is None else f'{sess:.2f}'} | "
                  f"{'-' if first is None else f'{first:.2f}'} |")
     if "farm-embedded" in st and "farm-warm" in st:

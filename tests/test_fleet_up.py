@@ -20,64 +20,15 @@ from pathlib import Path
 
 import pytest
 from farm_procs import psutil
+from warm_cli import _fleet_env, fleet_cli
 
-REPO = Path(__file__).resolve().parent.parent
-FARM = [sys.executable, "-c", "from farm.cli.app import main; main()"]
 LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
 SUITE = "tests/farm_fixtures/suite_basic.py"
 
 
-class Cli:
-    """The CLI with this test's own state directory and no cluster in the environment; it
-    remembers the fleets it brought up, so the test's end kills whatever is left of them."""
-
-    def __init__(self, state: Path):
-        self.env = {k: v for k, v in os.environ.items()
-                    if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "FARM_STATE_DIR")}
-        self.env.update(FARM_STATE_DIR=str(state), PYTHONUNBUFFERED="1")
-        self.state = state / "fleet.json"
-        self.fleets: list[str] = []
-
-    def __call__(self, *args: str, timeout: float = 240, **env: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*FARM, *args], cwd=REPO, env={**self.env, **env},
-                              capture_output=True, text=True, timeout=timeout, check=False)
-
-    def up(self, *args: str) -> dict:
-        out = self("fleet", "up", "--json", *args)
-        assert out.returncode == 0, out.stderr[-3000:]
-        info = json.loads(out.stdout)
-        self.fleets.append(info["fleet_id"])
-        return info
-
-    def status(self) -> tuple[subprocess.CompletedProcess, dict]:
-        out = self("fleet", "status", "--json")
-        assert out.returncode == 0, out.stderr
-        return out, json.loads(out.stdout)
-
-
 @pytest.fixture
 def cli(tmp_path):
-    c = Cli(tmp_path / "state")
-    yield c
-    with contextlib.suppress(Exception):
-        c("fleet", "down", timeout=60)
-    for fid in c.fleets:
-        _kill_marked(fid)
-
-
-def _fleet_env(p) -> str | None:
-    try:
-        return p.environ().get("FARM_FLEET_ID")
-    except Exception:  # noqa: BLE001 -- gone, or not ours to read
-        return None
-
-
-def _kill_marked(fleet_id: str) -> None:
-    ps = psutil()
-    for p in ps.process_iter():
-        if _fleet_env(p) == fleet_id:
-            with contextlib.suppress(ps.Error):
-                p.kill()
+    yield from fleet_cli(tmp_path)
 
 
 def _alive(pids) -> list[str]:

@@ -15,6 +15,7 @@ import typer
 from rich.markup import escape
 from sqlalchemy.exc import DatabaseError
 
+from farm import quick_exit
 from farm.errors import EXIT_INTERNAL, EXIT_USAGE, Dflash2Error, FarmError
 
 app = typer.Typer(
@@ -94,10 +95,13 @@ def _register() -> None:
 
 def main() -> None:
     _register()
+    quick_exit.ACTIVE = True
     try:
         # standalone_mode=False returns an Exit's code instead of exiting: pass it on.
         rc = app(standalone_mode=False)
-        sys.exit(rc if isinstance(rc, int) else 0)
+        rc = rc if isinstance(rc, int) else 0
+        quick_exit.end(rc)
+        sys.exit(rc)
     except FarmError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)

@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from farm import quick_exit
 from farm.cli.app import app
 from farm.errors import EXIT_USAGE, FarmError
 from farm.fleet.devices import DEVICES_HELP, EVERY_HELP
@@ -176,6 +177,7 @@ def run(
                       outcome.exit_code, outcome.compared)
     # sys.exit, not typer.Exit: with standalone_mode=False click returns an Exit's code
     # instead of exiting, and farm.cli.app.main does not pass it on.
+    quick_exit.end(outcome.exit_code)  # the `farm` process only: all is stored and printed
     sys.exit(outcome.exit_code)
 
 

@@ -101,5 +101,11 @@ def _quiet_cluster_errors() -> None:
 
 
 def disconnect() -> None:
+    """Leave the cluster; in the `farm` process the connection is left to its end
+    (`farm.quick_exit`)."""
+    from farm import quick_exit
+
+    if quick_exit.ACTIVE:
+        return
     if "ray" in sys.modules and sys.modules["ray"].is_initialized():
         sys.modules["ray"].shutdown()

@@ -84,6 +84,7 @@ class WarmFleet:
     log: str
     nonce: str = ""
     version: int = _VERSION
+    executors: int = 0  # the protocol its executors speak (`farm.fleet.executor`); 0: none
     path: str = field(default="", compare=False)
 
     @property
@@ -266,7 +267,7 @@ def up(devices_text: str, say: Callable[[str], None], timeout: float = UP_S) -> 
                                                                                       bool]:
     """Start the warm fleet for ``devices_text`` (selectors); (fleet, started now). Already up
     with the same devices: that one, not started again."""
-    from dflash2.device import parse_selectors
+    from farm.fleet.devices import parse_selectors
     from farm.fleet import embedded
 
     planned = embedded.plan(parse_selectors(devices_text))
@@ -380,12 +381,15 @@ def keep(path: Path, nonce: str, devices: list[dict]) -> int:
     blocked: a blocked mask would be inherited by every Ray process it starts.)"""
     from dflash2.device import DeviceIdentity
     from farm.fleet import embedded, reaping
-    from farm.fleet.cluster import use_token_auth
+    from farm.fleet.cluster import disconnect, use_token_auth
     from farm.tempdirs import owned_tmpdir
 
     stopping: list[int] = []
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda signum, frame: stopping.append(signum))
+
+    def handle_signals() -> None:  # again after ray.init, which puts Ray's own in
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda signum, frame: stopping.append(signum))
+    handle_signals()
     fleet_id = os.environ.get(reaping.ENV_FLEET) or secrets.token_hex(8)
     token = secrets.token_hex(32)
     os.environ[reaping.ENV_FLEET] = fleet_id
@@ -398,11 +402,14 @@ def keep(path: Path, nonce: str, devices: list[dict]) -> int:
     try:
         with embedded.single_host_ray():
             address, nodes = embedded.start_local_fleet(idents, base)
+            executors = _start_executors(address, list(nodes))
+        handle_signals()
         me = _psutil().Process()
         fleet = WarmFleet(address=address, token=token, fleet_id=fleet_id, keeper_pid=me.pid,
                           keeper_started=me.create_time(), temp_dir=str(base), devices=devices,
                           nodes={n: d.arch for n, d in nodes.items()}, started=time.time(),
-                          log=str(path.with_name("fleet.log")), nonce=nonce, path=str(path))
+                          log=str(path.with_name("fleet.log")), nonce=nonce, path=str(path),
+                          executors=executors)
         _write(fleet, path)
         print(f"warm fleet up at {address}: {', '.join(fleet.labels)}", flush=True)
         port = int(address.rpartition(":")[2])
@@ -422,10 +429,30 @@ def keep(path: Path, nonce: str, devices: list[dict]) -> int:
         print(f"error: {e}", flush=True)
         return e.exit_code
     finally:
+        with contextlib.suppress(Exception):
+            disconnect()
         reaping.kill_fleet(fleet_id, roots={str(base)})
         if fleet is not None:
             _remove(fleet)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _start_executors(address: str, node_ids: list[str]) -> int:
+    """The keeper connects as a driver and starts one executor per node (`farm.fleet.executor`);
+    the protocol they speak, or 0 (and a line in the fleet's log) when they could not start:
+    runs then start Ray workers, as on any cluster."""
+    from farm.fleet import executor
+    from farm.fleet.cluster import connect
+    from farm.fleet.embedded import LOOPBACK
+
+    try:
+        connect(address, node_ip=LOOPBACK)
+        executor.start_all(node_ids, address)
+    except Exception as e:  # noqa: BLE001 -- the fleet is still usable without them
+        print(f"warning: no warm executors ({type(e).__name__}: {str(e)[:200]}); runs on this "
+              f"fleet start Ray workers", flush=True)
+        return 0
+    return executor.VERSION
 
 
 if __name__ == "__main__":

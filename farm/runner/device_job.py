@@ -167,9 +167,9 @@ def run_job(spec: dict, queue=None) -> Iterator[list[dict]]:
     done: set[str] = set(spec.get("deselect") or [])
     tmp = owned_tmpdir("farm-job-")
     workdir = tmp / "tree"  # the run's tree, copied and checked (`shipping.job_tree`)
-    node_id = ""
-    if "ray" in sys.modules and sys.modules["ray"].is_initialized():  # never start Ray here
-        node_id = sys.modules["ray"].get_runtime_context().get_node_id()
+    node_id = os.environ.get("FARM_EXEC_NODE", "")  # started by a warm executor
+    if not node_id and "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        node_id = sys.modules["ray"].get_runtime_context().get_node_id()  # never start Ray here
     yield [{"type": "farm_job_start", "node_id": node_id, "host": socket.gethostname(),
             "os": f"{platform.system()} {platform.release()}", "pid": os.getpid(),
             "workdir": str(workdir), "attempt": spec.get("attempt", 1), "time": time.time()}]

@@ -66,7 +66,7 @@ def run(opts: RunOptions, console: Console | None = None) -> RunOutcome:
 
 def _run(opts: RunOptions, console: Console, guard: signals.Guard) -> RunOutcome:
     from db import open_history
-    from farm.fleet import cluster, embedded, warm
+    from farm.fleet import cluster, embedded, warm, warm_start
     from suites.manifest import resolve_suite
 
     t0 = time.monotonic()
@@ -105,11 +105,18 @@ def _run(opts: RunOptions, console: Console, guard: signals.Guard) -> RunOutcome
         # No address: a warm fleet (`farm fleet up`) when one is up and has the devices.
         kept = None if address else warm.attach(selectors, lambda line: console.print(
             line, highlight=False, markup=False, soft_wrap=True))
+        execs: dict = {}
         if address or kept:
             address = address or kept.address
+            renv = shipping.runtime_env(staged, opts.env)
+            if kept:  # its nodes are this host's: checked here while the driver connects
+                prechecks = warm_start.precheck(kept, selectors, staged)
+                renv = warm_start.lazy(renv) if kept.executors else renv
             with show.phase(f"connecting to Ray at {address}", plain=False):
-                cluster.connect(address, shipping.runtime_env(staged, opts.env),
-                                node_ip=embedded.LOOPBACK if kept else None)
+                cluster.connect(address, renv, node_ip=embedded.LOOPBACK if kept else None)
+            if kept:
+                execs = warm_start.executors(kept, prechecks, lambda line: console.print(
+                    line, highlight=False, markup=False, soft_wrap=True))
         else:
             devices = embedded.plan(selectors)
             console.print(embedded.describe(devices), highlight=False)
@@ -123,6 +130,8 @@ def _run(opts: RunOptions, console: Console, guard: signals.Guard) -> RunOutcome
         guard.hold_ray()  # ray.init put Ray's SIGTERM handlers in; ours go back
         guard.check()
         driver = Driver(opts, console, history, suite, revision, record, show, guard, context)
+        if execs:
+            driver.use_executors(execs, staged, renv["env_vars"])
         outcome = driver.run()
     except KeyboardInterrupt as e:
         guard.handled = True
@@ -148,9 +157,12 @@ def _run(opts: RunOptions, console: Console, guard: signals.Guard) -> RunOutcome
 
 
 def _close(stack: contextlib.ExitStack, cluster, history, keep_history: bool = False) -> None:
+    from farm.fleet import health
+
     try:
         stack.close()  # the fleet (every process of it), the staged tree
     finally:
+        health.forget()  # checks started for a warm fleet's nodes this run did not use
         cluster.disconnect()
         if not keep_history:
             history.close()

@@ -22,7 +22,7 @@ from rich.console import Console
 from db.events import scrub
 from farm.errors import EXIT_FLAGGED, EXIT_INFRA, EXIT_OK, FarmError
 from farm.fleet import devices as fleet
-from farm.fleet import health, placement
+from farm.fleet import executor, health, placement
 from farm.fleet.devices import Device, check_twins, parse_selectors, twin_cap
 from farm.report import summary as report
 from farm.runner import signals
@@ -119,6 +119,9 @@ class Driver:
         self._slots = itertools.count()
         self.twins = Twins(self)  # the sharded jobs
         self.job_task = _job_task()
+        self.execs: dict[str, object] = {}  # node id -> warm executor (`use_executors`)
+        self.exec_run: tuple[str, dict[str, str]] = ("", {})  # the tree and variables they get
+        self.via_exec: set[int] = set()  # slots an executor runs
         self.aborting = False  # jobs ended by an abort get no line each: the abort has one
         self.context = context  # what changes dispatch, for the history
 
@@ -174,13 +177,22 @@ class Driver:
             job.job_id = self.history.add_job(self.run_id, job.device, device.host,
                                               h.get("os"), device.node_id)
 
+    def use_executors(self, execs: dict[str, object], tree: Path, env: dict[str, str]) -> None:
+        """Device jobs on these nodes go to their warm executors (`farm.fleet.executor`), run in
+        ``tree`` (the staged tree, on this host) with the run's variables ``env``."""
+        self.execs, self.exec_run = dict(execs), (str(tree), dict(env))
+
     def launch(self, i: int, device: Device, shard: dict | None = None) -> int:
         """Start one device job of job ``i`` on ``device``; returns its slot."""
         slot = next(self._slots)
-        opts = {**placement.pinned(device), "resources": {fleet.RESOURCE: 1}}
         self.shards[slot] = Shard(i, device, (shard or {}).get("name", ""))
-        self.refs[slot] = self.job_task.options(**opts).remote(
-            self.spec(self.jobs[i], device, shard))
+        spec = self.spec(self.jobs[i], device, shard)
+        if (ex := self.execs.get(device.node_id)) is not None:
+            self.via_exec.add(slot)
+            self.refs[slot] = ex.run.options(num_returns="streaming").remote(spec, *self.exec_run)
+        else:
+            opts = {**placement.pinned(device), "resources": {fleet.RESOURCE: 1}}
+            self.refs[slot] = self.job_task.options(**opts).remote(spec)
         self.deadline[slot] = time.monotonic() + self.job_timeout + JOB_GRACE_S
         return slot
 
@@ -189,7 +201,21 @@ class Driver:
         self.place(i, device)
         self.launch(i, device)
 
+    def cancel(self, slot: int) -> None:
+        """Stop the device job in ``slot`` (its process tree dies either way); never raises."""
+        import ray
+
+        ref = self.refs.get(slot)
+        if ref is None:
+            return
+        if slot in self.via_exec:
+            executor.cancel(ref)
+            return
+        with contextlib.suppress(Exception):  # a fleet going down: the job ends anyway
+            ray.cancel(ref, force=True)
+
     def drop(self, slot: int) -> Shard | None:
+        self.via_exec.discard(slot)
         self.refs.pop(slot, None)
         self.deadline.pop(slot, None)
         return self.shards.pop(slot, None)
@@ -349,7 +375,6 @@ class Driver:
 
     def watch(self) -> None:
         """Jobs past their deadline, and jobs whose node left the cluster before streaming."""
-        import ray
 
         now = time.monotonic()
         alive = {d.node_id for d in fleet.live_devices()}
@@ -358,7 +383,7 @@ class Driver:
             if sh is None:
                 continue
             if now > self.deadline[slot]:
-                ray.cancel(self.refs[slot], force=True)
+                self.cancel(slot)
                 why = (f"no end of job within --job-timeout {self.job_timeout:g}s + "
                        f"{JOB_GRACE_S:g}s")
                 if sh.name:
@@ -367,7 +392,7 @@ class Driver:
                 else:
                     self.finish(sh.job, "timeout", why)
             elif sh.device.node_id not in alive:
-                ray.cancel(self.refs[slot], force=True)
+                self.cancel(slot)
                 self.node_lost(slot, "node left the cluster")
 
     # -- the run ----------------------------------------------------------------------------
@@ -456,12 +481,10 @@ class Driver:
 
     def stop_all(self, status: str, error: str) -> None:
         """Cancel every job still in flight and record it as ended with ``status``."""
-        import ray
 
         jobs = sorted({sh.job for sh in self.shards.values()})
-        for ref in list(self.refs.values()):  # every twin of a job, before its job is finished
-            with contextlib.suppress(Exception):  # a fleet going down: the job ends anyway
-                ray.cancel(ref, force=True)
+        for slot in list(self.refs):  # every twin of a job, before its job is finished
+            self.cancel(slot)
         for i in jobs:
             self.finish(i, status, error)
         self.twins.close()

@@ -72,16 +72,13 @@ class Twins:
     def progress(self, i: int) -> None:
         """Every test has a result: twins that have not started yet (queued behind another
         run's job on their device) are not needed."""
-        import ray
-
         job = self.d.jobs[i]
         if job.total is None or len(job.results) < job.total:
             return
         for slot in self.d.slots_of(i):
             sh = self.d.shards[slot]
             if not sh.started:
-                with contextlib.suppress(Exception):
-                    ray.cancel(self.d.refs[slot], force=True)
+                self.d.cancel(slot)
                 self.d.drop(slot)
                 self._left(sh)
 

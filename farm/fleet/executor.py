@@ -1,0 +1,134 @@
+"""Warm executors: one long-lived Ray actor per node of a warm fleet, so a run starts no worker.
+
+Every `farm run` is a new Ray driver, hence a new Ray job, and Ray starts fresh worker
+processes for each job (and for each runtime env): on this 2-core host about 0.9 s before a
+run's first task runs on a node, on the critical path of every run. A warm fleet (`farm fleet
+up`) exists to make the second run cheap, so its keeper starts one *executor* per node once: a
+detached, named async actor (``farm-exec-<node id>``) in the keeper's job. A run attached to the
+fleet looks the executors up (a GCS lookup) and has each device job run by its node's executor
+instead of a Ray task.
+
+The executor runs nothing of its own version: it starts ``python -m farm.runner.exec_entry``
+in the run's staged tree (the driver's copy; a warm fleet is on the driver's host by
+construction), with the tree first on the path and the run's variables set, and relays the
+event batches that process writes, one JSON line each, as a Ray streaming generator. So the
+code that runs is the run's, as with a Ray ``working_dir``; the executor is only the process
+that is already up. One job per device at a time (the lock stands in for the device resource a
+task asks for); a cancelled call kills its process group.
+
+``VERSION`` names the protocol between a driver and an executor; a fleet whose executors speak
+another (started by an older checkout) is used through Ray tasks, as before, and the run says
+why in one line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+
+from farm.fleet.cluster import NAMESPACE
+
+VERSION = 1
+PREFIX = "farm-exec-"
+ENTRY = "farm.runner.exec_entry"  # run in the run's tree, by name: nothing of it imported here
+LINE_LIMIT = 1 << 28  # one batch per line; a failure's captured output can be large
+READY_S = 60.0  # how long the keeper waits for its executors to answer
+# Ray's per-worker variables: the entry is a plain process (or a driver of its own), not a worker
+_WORKER_ONLY = ("RAY_JOB_ID", "RAY_RAYLET_PID", "RAY_NODE_ID", "RAY_RUNTIME_ENV_HOOK",
+                "RAY_WORKER_ID")
+
+
+def name(node_id: str) -> str:
+    return PREFIX + node_id
+
+
+class NodeExecutor:
+    """The actor's body (async: calls interleave; a job waits for the device's lock)."""
+
+    def __init__(self, node_id: str, address: str) -> None:
+        self.node_id, self.address = node_id, address
+        self.lock = asyncio.Lock()
+
+    async def version(self) -> int:
+        return VERSION
+
+    async def run(self, spec: dict, tree: str, env: dict[str, str]):
+        """The device job of ``spec`` (`farm.runner.device_job.run_job`'s), run in ``tree``
+        (a directory of this host) with ``env`` added; yields its event batches."""
+        async with self.lock:
+            async for batch in self._entry(spec, tree, env):
+                yield batch
+
+    async def _entry(self, spec: dict, tree: str, env: dict[str, str]):
+        full = {k: v for k, v in os.environ.items() if k not in _WORKER_ONLY}
+        # As Ray gives a task's worker (it sets it when unset): the same job, the same threads,
+        # whether a task or an executor runs it.
+        full.setdefault("OMP_NUM_THREADS", "1")
+        full.update(env)
+        full["PYTHONPATH"] = os.pathsep.join(p for p in (tree, full.get("PYTHONPATH")) if p)
+        full["FARM_EXEC_NODE"], full["FARM_EXEC_ADDRESS"] = self.node_id, self.address
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", ENTRY, cwd=tree, env=full, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, limit=LINE_LIMIT, start_new_session=True)
+        try:
+            proc.stdin.write(json.dumps(spec).encode())
+            proc.stdin.close()
+            while line := await proc.stdout.readline():
+                yield json.loads(line)
+            await proc.wait()
+        finally:  # cancelled (ray.cancel), or the driver is gone: nothing of the job is left
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                await proc.wait()
+
+
+def start_all(node_ids: list[str], address: str, timeout: float = READY_S) -> None:
+    """The keeper's part (connected to its fleet as a driver): one executor per node, pinned
+    to it, detached (it outlives the keeper's driver; the fleet's end kills it), each
+    answering before this returns."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(NodeExecutor)
+    actors = [cls.options(name=name(n), namespace=NAMESPACE, lifetime="detached",
+                          get_if_exists=True,
+                          scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False),
+                          ).remote(n, address) for n in node_ids]
+    ray.get([a.version.remote() for a in actors], timeout=timeout)
+
+
+def find(node_ids: list[str]) -> tuple[dict[str, object], str | None]:
+    """For a driver attached to a warm fleet: node id -> its executor's handle, for every node
+    whose executor speaks this ``VERSION``; and why none is used, when that is so."""
+    import ray
+
+    found = {}
+    for n in node_ids:
+        with contextlib.suppress(ValueError):
+            found[n] = ray.get_actor(name(n), namespace=NAMESPACE)
+    if not found:
+        return {}, "the warm fleet has no executors (started by an older checkout)"
+    try:
+        versions = dict(zip(found, ray.get([a.version.remote() for a in found.values()],
+                                           timeout=10), strict=True))
+    except (ray.exceptions.RayError, TimeoutError) as e:
+        return {}, f"its executors did not answer ({type(e).__name__})"
+    bad = sorted({v for v in versions.values() if v != VERSION})
+    if bad:
+        return {}, f"its executors speak protocol {bad}, this checkout {VERSION}"
+    return found, None
+
+
+def cancel(ref) -> None:
+    """Cancel an executor's job: its call is cancelled (force is for tasks only), which kills
+    the job's process group."""
+    import ray
+
+    with contextlib.suppress(Exception):
+        ray.cancel(ref)
+
