@@ -115,6 +115,34 @@ def test_regen_keeps_what_beats_stock_beyond_the_noise_and_drops_the_rest(tmp_pa
     assert _run("--table", tp, "--results", rp, "--check").returncode == 0
 
 
+def test_one_launch_alone_keeps_an_entry_the_overlapping_batches_call_noise(tmp_path):
+    """The batches overlap independent launches; a main row of the bench with ncu's time of
+    the same kernel and tile alone decides where the batched margin is within the noise, and
+    only by a margin above both its own spread and the batches' noise."""
+    tp, rp = _files(tmp_path)
+    res = json.loads(rp.read_text())
+    alone = {"shape": "attn_kv", "dtype": "bfloat16", "M": 4, "kernel": "mma_weights_a",
+             "params": KV, "ncu_stock_us": 60.0, "ncu_stock_all_us": [59.8, 60.2],
+             "ncu_custom_us": 20.0, "ncu_custom_all_us": [19.9, 20.1]}
+    res["rows"] = [alone]
+    rp.write_text(json.dumps(res))
+    assert _run("--table", tp, "--results", rp).returncode == 0
+    by = {(e["shapes"][0], e["dtypes"][0], e["M"]): e for e in json.loads(tp.read_text())[
+        "entries"] if e["devices"] == ["sm_90"]}
+    kept = by[("attn_kv", "bfloat16", 4)]
+    assert (kept["variant"], kept["params"]) == ("mma_weights_a", KV)
+    assert "one launch alone (ncu) 20.0 us vs stock 60.0 us; margin 40.0 us" in kept["profiled"]
+    # another tile's times, or a margin within the batches' noise, keep nothing
+    for change in ({"params": WA}, {"ncu_stock_us": 22.0, "ncu_stock_all_us": [22.0, 22.0]}):
+        tp, rp = _files(tmp_path)
+        res["rows"] = [{**alone, **change}]
+        rp.write_text(json.dumps(res))
+        assert _run("--table", tp, "--results", rp).returncode == 0
+        e = next(e for e in json.loads(tp.read_text())["entries"]
+                 if e["shapes"] == ["attn_kv"] and e["devices"] == ["sm_90"])
+        assert e["variant"] == "stock", change
+
+
 def test_regen_refuses_results_without_table_rows(tmp_path):
     tp, rp = _files(tmp_path)
     rp.write_text(json.dumps({"rows": []}))
