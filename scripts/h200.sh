@@ -52,7 +52,7 @@
 #
 # One call carries .whl/p1 and runs `stage`; the next (while the machine is warm: it is given
 # back after 30 s idle, so issue it at once) carries .whl/p2 and runs `stage && install && ...`.
-# The committed bench/results/h200/ files came from, on a fresh clone:
+# Run 3 (15:26 UTC, now bench/results/h200/previous_run3_*) came from, on a fresh clone:
 #   here:  scripts/h200.sh fetch
 #   run (carry .whl/p1):  bash scripts/h200.sh stage
 #   run (carry .whl/p2):  bash scripts/h200.sh stage && bash scripts/h200.sh install &&
@@ -64,7 +64,7 @@
 #          suites.log into bench/results/h200/; candidate_table.json is the regenerated
 #          kernels/selection_table.json (or run scripts/regen_sm90_table.py here on the JSON);
 #          farm ingest bench/results/h200/h200_suites.jsonl puts the run in the history
-# The cold tiling sweep (bench/results/h200/cuda_verify_cold_sweep*.{json,md,log}, ncu_cold.*)
+# The first cold tiling sweep (bench/results/h200/previous_cuda_verify_cold_sweep*, previous_ncu_cold.*)
 # came from (device time ~500 s in all, the machine's start and idle included):
 #   run (carry .whl/p1):  bash scripts/h200.sh stage
 #   run (carry .whl/p2):  bash scripts/h200.sh stage && bash scripts/h200.sh install &&
@@ -73,21 +73,39 @@
 #   run (at once, warm):  BENCH_TIMEOUT=150 bash scripts/h200.sh coldsweep --shapes gate_up \
 #                           --dtypes float16 --no-ring --budget-s 60
 #   here:  python3 bench/cuda_verify_ncu.py --summarize ncu_cold.csv > ncu_cold.md
-# The current bench/results/h200/ files (tiles chosen by ncu time alone, bench with ncu rows and
-# chains, regenerated table, suites) came from, on a fresh clone (device time: see
-# docs/KERNELS.md):
+# The current bench/results/h200/ files came from two runs on 2026-12-03 (device time 1355 s
+# in all, the machines' start, idle and a first bench whose ncu sections timed out included).
+# Run A (19:45-19:56 UTC; its bench and suites are superseded by run B's):
 #   run (carry .whl/p1):  bash scripts/h200.sh stage
 #   run (carry .whl/p2):  bash scripts/h200.sh stage && bash scripts/h200.sh install &&
 #                         BENCH_TIMEOUT=200 bash scripts/h200.sh coldsweep --no-ring \
-#                           --dtypes bfloat16,float16 --ms 8 --chain --budget-s 110;
+#                           --dtypes bfloat16,float16 --ms 8 --chain --budget-s 130;
+#                         NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16 NCU_TIMEOUT=110 \
+#                           bash scripts/h200.sh ncucold --points; ...
+#   -> cuda_verify_cold_sweep_down.*, ncu_cold.{csv,md} (every tile alone, 1 launch each),
+#      choose_run_a.log; the sweep's budget ran out before any gate/up tile, so only down's
+#      tiles were checked: here, python3 scripts/regen_sm90_table.py --choose-from-ncu
+#      bench/results/h200/ncu_cold.csv --cold-sweep bench/results/h200/cuda_verify_cold_sweep_down.json
+#      --choice-out bench/results/h200/tile_choice_down.json (the down M=8 tiles, committed)
+# Run B (19:58-20:08 UTC), from that commit:
+#   run (carry .whl/p1):  bash scripts/h200.sh stage
+#   run (carry .whl/p2):  bash scripts/h200.sh stage && bash scripts/h200.sh install &&
+#                         BENCH_TIMEOUT=250 bash scripts/h200.sh coldsweep --no-ring \
+#                           --shapes gate_up --dtypes bfloat16,float16 --ms 8 --chain --budget-s 190;
 #                         NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16 NCU_TIMEOUT=120 \
-#                           bash scripts/h200.sh ncucold --points;
-#                         bash scripts/h200.sh choose;
-#                         BENCH_TIMEOUT=250 bash scripts/h200.sh bench --table-rows --ncu \
-#                           --ncu-timeout 120; bash scripts/h200.sh regen
-#   run (at once, warm):  bash scripts/h200.sh suites
-#   here:  the files under bench/results/h200/; kernels/selection_table.json = candidate_table.json;
+#                           bash scripts/h200.sh ncucold --points --shapes gate_up --reps 3;
+#                         bash scripts/h200.sh choose
+#   run (at once, warm):  BENCH_TIMEOUT=320 bash scripts/h200.sh bench --table-rows --ncu \
+#                           --ncu-timeout 90; bash scripts/h200.sh regen;
+#                         bash scripts/h200.sh suites
+#   here:  cuda_verify.{json,md,log}, cuda_verify_ncu_{rows,limits}.csv, h200_suites.jsonl,
+#          suites.log, goldens.log, regen_on_device.log, and the gate/up sweep, ncu and choice
+#          (*_gate_up.*, tile_choice_gate_up.json) into bench/results/h200/; then
+#          python3 scripts/regen_sm90_table.py --results bench/results/h200/cuda_verify.json
+#            --table chosen_table.json (the run's, file names in its notes made repo paths)
+#          > kernels/selection_table.json = candidate_table.json (regen.log);
 #          python -m suites.expected_selections --write; suites/fingerprints.json from the run
+#          (down fp16 M=8's golden from run A, the only run whose table selected that tile)
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"
