@@ -264,7 +264,7 @@ def _probe_main(out_path: str, argv: list[str]) -> None:
     real_end = quick_exit.end
 
     def end(code: int) -> None:  # the CLI's os._exit skips atexit: the marks are written first
-        if quick_exit.ACTIVE and quick_exit.ray_connected():
+        if quick_exit.ACTIVE:
             dump()
         real_end(code)
     quick_exit.end = end

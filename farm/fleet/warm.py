@@ -1,6 +1,6 @@
 """The warm fleet: `farm fleet up` keeps a local loopback fleet between runs.
 
-`farm fleet up` starts a *keeper* (``python -m farm.fleet.warm keep ...``) in a Unix session of
+`farm fleet up` starts a *keeper* (``python -m farm.fleet.keeper ...``, `farm.fleet.keeper`) in a Unix session of
 its own; the keeper starts the same local fleet an embedded run starts
 (`farm.fleet.embedded.start_local_fleet`: one node per device, the first one the head, token
 auth, everything on 127.0.0.1), writes the state file and waits. `farm run` without --address
@@ -267,8 +267,8 @@ def up(devices_text: str, say: Callable[[str], None], timeout: float = UP_S) -> 
                                                                                       bool]:
     """Start the warm fleet for ``devices_text`` (selectors); (fleet, started now). Already up
     with the same devices: that one, not started again."""
-    from farm.fleet.devices import parse_selectors
     from farm.fleet import embedded
+    from farm.fleet.devices import parse_selectors
 
     planned = embedded.plan(parse_selectors(devices_text))
     state_dir()  # usable, or one line
@@ -299,7 +299,7 @@ def _spawn(planned, timeout: float) -> WarmFleet:
     env[ENV_FLEET] = secrets.token_hex(8)  # in the keeper's own environment too: found by it
     with open(log, "w", encoding="utf-8") as out:
         keeper = subprocess.Popen(
-            [sys.executable, "-m", "farm.fleet.warm", "keep", str(path), nonce,
+            [sys.executable, "-m", "farm.fleet.keeper", str(path), nonce,
              json.dumps([d.to_json() for d in planned])],
             cwd=path.parent, env=env, stdin=subprocess.DEVNULL, stdout=out,
             stderr=subprocess.STDOUT, start_new_session=True)
@@ -371,91 +371,3 @@ def status(say: Callable[[str], None]) -> dict:
     return {"state": "up", **fleet.to_json(), "processes": len(procs),
             "pids": sorted(p.pid for p in procs), "state_file": fleet.path,
             "uptime_s": round(time.time() - fleet.started, 1)}
-
-
-# -- the keeper ---------------------------------------------------------------------------------
-
-def keep(path: Path, nonce: str, devices: list[dict]) -> int:
-    """The keeper's life: start the fleet, record it, wait for SIGTERM/SIGINT/SIGHUP (or its
-    GCS to stop answering), kill the fleet, remove the record. (Signals are handled, not
-    blocked: a blocked mask would be inherited by every Ray process it starts.)"""
-    from dflash2.device import DeviceIdentity
-    from farm.fleet import embedded, reaping
-    from farm.fleet.cluster import disconnect, use_token_auth
-    from farm.tempdirs import owned_tmpdir
-
-    stopping: list[int] = []
-
-    def handle_signals() -> None:  # again after ray.init, which puts Ray's own in
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, lambda signum, frame: stopping.append(signum))
-    handle_signals()
-    fleet_id = os.environ.get(reaping.ENV_FLEET) or secrets.token_hex(8)
-    token = secrets.token_hex(32)
-    os.environ[reaping.ENV_FLEET] = fleet_id
-    reaping.child_subreaper(True)
-    use_token_auth(token)
-    idents = [DeviceIdentity(**d) for d in devices]
-    base = owned_tmpdir(embedded.TEMP_PREFIX)
-    fleet = None
-    watchdog = reaping.start_watchdog(base)  # noqa: F841 -- lives as long as the fleet
-    try:
-        with embedded.single_host_ray():
-            address, nodes = embedded.start_local_fleet(idents, base)
-            executors = _start_executors(address, list(nodes))
-        handle_signals()
-        me = _psutil().Process()
-        fleet = WarmFleet(address=address, token=token, fleet_id=fleet_id, keeper_pid=me.pid,
-                          keeper_started=me.create_time(), temp_dir=str(base), devices=devices,
-                          nodes={n: d.arch for n, d in nodes.items()}, started=time.time(),
-                          log=str(path.with_name("fleet.log")), nonce=nonce, path=str(path),
-                          executors=executors)
-        _write(fleet, path)
-        print(f"warm fleet up at {address}: {', '.join(fleet.labels)}", flush=True)
-        port = int(address.rpartition(":")[2])
-        misses, tick = 0, time.monotonic()
-        while not stopping:
-            time.sleep(0.1)  # a signal cuts it short
-            reaping.reap()  # orphans of the fleet are this subreaper's to collect
-            if time.monotonic() - tick >= WATCH_S:
-                tick = time.monotonic()
-                misses = 0 if embedded._answers(port) else misses + 1
-                if misses >= 3:
-                    print(f"error: the fleet's GCS at {address} stopped answering", flush=True)
-                    return EXIT_INFRA
-        print(f"{signal.Signals(stopping[0]).name}: stopping the fleet", flush=True)
-        return 0
-    except FarmError as e:
-        print(f"error: {e}", flush=True)
-        return e.exit_code
-    finally:
-        with contextlib.suppress(Exception):
-            disconnect()
-        reaping.kill_fleet(fleet_id, roots={str(base)})
-        if fleet is not None:
-            _remove(fleet)
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def _start_executors(address: str, node_ids: list[str]) -> int:
-    """The keeper connects as a driver and starts one executor per node (`farm.fleet.executor`);
-    the protocol they speak, or 0 (and a line in the fleet's log) when they could not start:
-    runs then start Ray workers, as on any cluster."""
-    from farm.fleet import executor
-    from farm.fleet.cluster import connect
-    from farm.fleet.embedded import LOOPBACK
-
-    try:
-        connect(address, node_ip=LOOPBACK)
-        executor.start_all(node_ids, address)
-    except Exception as e:  # noqa: BLE001 -- the fleet is still usable without them
-        print(f"warning: no warm executors ({type(e).__name__}: {str(e)[:200]}); runs on this "
-              f"fleet start Ray workers", flush=True)
-        return 0
-    return executor.VERSION
-
-
-if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "keep":
-        sys.exit(keep(Path(sys.argv[2]), sys.argv[3], json.loads(sys.argv[4])))
-    sys.exit(f"usage: {sys.executable} -m farm.fleet.warm keep STATE NONCE DEVICES_JSON")
