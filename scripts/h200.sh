@@ -105,7 +105,14 @@
 #            --table chosen_table.json (the run's, file names in its notes made repo paths)
 #          > kernels/selection_table.json = candidate_table.json (regen.log);
 #          python -m suites.expected_selections --write; suites/fingerprints.json from the run
-#          (down fp16 M=8's golden from run A, the only run whose table selected that tile)
+#          (down fp16 M=8's golden from run A, the only run whose table selected that tile);
+#          run B's h200_suites.jsonl and suites.log are now previous_runB_*
+# Suites with the committed table and goldens (20:14 UTC, a fresh machine, ~350 s of device time
+# with the start): h200_suites.jsonl and suites.log, 140 passed:
+#   run (carry .whl/p1):  bash scripts/h200.sh stage
+#   run (carry .whl/p2):  bash scripts/h200.sh stage && bash scripts/h200.sh install &&
+#                         RECORD_GOLDENS=0 timeout 250 bash scripts/h200.sh suites
+#   here:  farm ingest bench/results/h200/h200_suites.jsonl --db H.db; farm show latest --db H.db
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"
