@@ -1,10 +1,15 @@
 #!/usr/bin/env python
 """Twins benchmark: one suite on one node against the same suite split across two twin nodes.
 
-A loopback cluster (``farm head`` plus two ``farm agent --emulate applegpu_g14g`` nodes, token
-auth, started as tests/ray_cluster.py starts them, on a port block of its own). One node is
-``farm run --devices g14*1``, two twins ``--devices g14``, alternating rep by rep after a
-warm-up of each (the load of a shared host drifts). Where this checkout's `farm run` does not
+Two fleets, each measured alone (``--fleets``):
+- ``cluster``: a loopback cluster (``farm head`` plus two ``farm agent --emulate applegpu_g14g``
+  nodes, token auth, started as tests/ray_cluster.py starts them, on a port block of its own):
+  device jobs are Ray tasks, each run's first job on a node pays a Ray worker's start.
+- ``warm``: a warm fleet of two g14 nodes (``farm fleet up --devices g14*2``, in a state
+  directory of the bench's own): device jobs go to the nodes' warm executors
+  (`farm.fleet.executor`), and twins ask their queue through them.
+One node is ``farm run --devices g14*1``, two twins ``--devices g14`` (``g14*2`` on the warm
+fleet), alternating rep by rep after a warm-up of each (the load of a shared host drifts). Where this checkout's `farm run` does not
 take ``*N`` yet, the one-node runs happen first, before the second agent joins. Per suite and
 mode, medians of: the wall of the ``farm run`` process; the run's own ``seconds`` (listing the
 devices to the last result stored); the span from the first result to the last (the part
@@ -18,7 +23,8 @@ Suites:
 - ``m8-parity``: the shipped suite, 55 tests that are CPU-bound here (the emulated Metal
   kernels run on this host's CPU): two twins on one host contend for the same cores.
 
-Never a unit test: ``python bench/bench_twins.py [--reps 3] [--suites device-bound,m8-parity]``.
+Never a unit test: ``python bench/bench_twins.py [--reps 3] [--suites device-bound,m8-parity]
+[--fleets cluster,warm]``.
 Writes bench/results/twins.json and prints a table.
 """
 
@@ -73,11 +79,38 @@ def start_cluster(rc):
     return c
 
 
+class WarmTwins:
+    """A warm fleet of two g14 nodes in a state directory of its own (the ``warm`` fleet)."""
+
+    def __init__(self):
+        self.state = Path(tempfile.mkdtemp(prefix="benchtwins-warm-"))
+        self.address = None  # farm run attaches by the state directory, not an address
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE")}
+        return {**env, "FARM_STATE_DIR": str(self.state), "PYTEST_ADDOPTS": "-o addopts="}
+
+    def up(self) -> None:
+        out = subprocess.run([*FARM, "fleet", "up", "--devices", "g14*2"], cwd=REPO,
+                             env=self.env(), text=True, capture_output=True, timeout=300,
+                             check=False)
+        if out.returncode != 0:
+            raise SystemExit(f"farm fleet up failed: {out.stderr[-2000:]}")
+
+    def down(self) -> None:
+        subprocess.run([*FARM, "fleet", "down"], cwd=REPO, env=self.env(), text=True,
+                       capture_output=True, timeout=120, check=False)
+
+
 def farm_run(c, suite: str, db: Path, devices: str = "g14") -> dict:
     env = {k: v for k, v in c.env().items() if k not in ("DFLASH2_DEVICE_ARCH", "PYTEST_ADDOPTS",
                                                          "PYTEST_XDIST_WORKER")}
+    if c.address is None:  # the warm fleet: the twins' selector names both nodes
+        env["PYTEST_ADDOPTS"] = "-o addopts="
+    where = ["--address", c.address] if c.address else []
     t0 = time.perf_counter()
-    out = subprocess.run([*FARM, "run", "--address", c.address, "--json", "--suite", suite,
+    out = subprocess.run([*FARM, "run", *where, "--json", "--suite", suite,
                           "--devices", devices, "--db", str(db)], cwd=REPO, env=env, text=True,
                          capture_output=True, timeout=900, check=False)
     wall = time.perf_counter() - t0
@@ -94,17 +127,6 @@ def farm_run(c, suite: str, db: Path, devices: str = "g14") -> dict:
             "fixed": round(run["seconds"] - span, 3), "tests": len(job["results"]),
             "nodes": len(set(job["nodes"])), "per_node": dict(per_node),
             "load1": round(os.getloadavg()[0], 2)}
-
-
-def takes_counts(c, db: Path) -> bool:
-    """Whether this checkout's `farm run` takes ``g14*1`` (farm.fleet.devices.parse_selectors in
-    the driver); a usage error (exit 2) says it does not."""
-    env = {k: v for k, v in c.env().items() if k != "DFLASH2_DEVICE_ARCH"}
-    out = subprocess.run([*FARM, "run", "--address", c.address, "--json", "--suite",
-                          SUITES["device-bound"] + "::test_device_bound[0]", "--devices",
-                          "g14*1", "--db", str(db)], cwd=REPO, env=env, text=True,
-                         capture_output=True, timeout=600, check=False)
-    return out.returncode != 2
 
 
 def measure(c, suites: list[str], reps: int, db: Path, modes: dict[str, str]) -> dict:
@@ -146,31 +168,54 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--suites", default=",".join(SUITES))
+    ap.add_argument("--fleets", default="cluster,warm",
+                    help="cluster (farm head + agents: Ray tasks), warm (farm fleet up: executors)")
     args = ap.parse_args()
     suites = [s for s in args.suites.split(",") if s]
-    rc = _rc()
+    fleets = [f for f in args.fleets.split(",") if f]
+    if bad := set(fleets) - {"cluster", "warm"}:
+        ap.error(f"unknown fleet(s) {sorted(bad)}: cluster, warm")
     started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     load0 = [round(x, 2) for x in os.getloadavg()]
-    c = start_cluster(rc)
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            db = Path(tmp) / "h.db"
-            c.add_agent("twin-a", ARCH)
-            interleaved = takes_counts(c, db)
-            if interleaved:
-                c.add_agent("twin-b", ARCH)
-                got = measure(c, suites, args.reps, db, {"1 node": "g14*1", "2 twins": "g14"})
-            else:
-                got = measure(c, suites, args.reps, db, {"1 node": "g14"})
-                c.add_agent("twin-b", ARCH)
-                got.update(measure(c, suites, args.reps, db, {"2 twins": "g14"}))
-    finally:
-        rc.stop_cluster(c)
     res = {"benchmark": "twins", "started": started, "host": platform.node(),
-           "cpus": os.cpu_count(), "reps": args.reps, "goal_ratio": GOAL,
-           "order": "alternating" if interleaved else "one node first, then twins",
-           "load_avg": {"start": load0, "end": [round(x, 2) for x in os.getloadavg()]},
-           "suites": {}}
+           "cpus": os.cpu_count(), "reps": args.reps, "goal_ratio": GOAL, "order": "alternating",
+           "fleets": {}}
+    for fleet in fleets:
+        res["fleets"][fleet] = summarize(suites, measure_fleet(fleet, suites, args.reps))
+        print(f"[{fleet}]\n" + table(res["fleets"][fleet]), flush=True)
+    res["load_avg"] = {"start": load0, "end": [round(x, 2) for x in os.getloadavg()]}
+    res["table"] = [ln for f in fleets for ln in (f"[{f}]", *table(res["fleets"][f]).splitlines())]
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(res, indent=1) + "\n")
+    print("\n".join(res["table"]))
+    print(f"(medians of {args.reps}, alternating; goal: twins <= {GOAL}x one node; "
+          f"{os.cpu_count()} CPUs, load {load0} -> {res['load_avg']['end']}; written to "
+          f"{OUT.relative_to(REPO)})")
+
+
+def measure_fleet(fleet: str, suites: list[str], reps: int) -> dict:
+    modes = {"1 node": "g14*1", "2 twins": "g14" if fleet == "cluster" else "g14*2"}
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "h.db"
+        if fleet == "warm":
+            w = WarmTwins()
+            try:
+                w.up()
+                return measure(w, suites, reps, db, modes)
+            finally:
+                w.down()
+        rc = _rc()
+        c = start_cluster(rc)
+        try:
+            c.add_agent("twin-a", ARCH)
+            c.add_agent("twin-b", ARCH)
+            return measure(c, suites, reps, db, modes)
+        finally:
+            rc.stop_cluster(c)
+
+
+def summarize(suites: list[str], got: dict) -> dict:
+    res: dict = {"suites": {}}
     for name in suites:
         o, t = got["1 node"][name], got["2 twins"][name]
         split = sorted(Counter(n for r in t["runs"] for n in r["per_node"]).keys())
@@ -182,13 +227,7 @@ def main() -> None:
             "split": "/".join(str(round(statistics.median(r["per_node"].get(n, 0)
                                                           for r in t["runs"])))
                               for n in split[:2])}
-    res["table"] = table(res).splitlines()
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(res, indent=1) + "\n")
-    print(table(res))
-    print(f"(medians of {args.reps}, {res['order']}; goal: twins <= {GOAL}x one node; "
-          f"{os.cpu_count()} CPUs, load {load0} -> {res['load_avg']['end']}; written to "
-          f"{OUT.relative_to(REPO)})")
+    return res
 
 
 if __name__ == "__main__":

@@ -16,6 +16,11 @@ code that runs is the run's, as with a Ray ``working_dir``; the executor is only
 that is already up. One job per device at a time (the lock stands in for the device resource a
 task asks for); a cancelled call kills its process group.
 
+The pipes carry the spec down (one JSON line on stdin) and, for a twin of a sharded job, its
+test queue: the entry asks on stdout (``{"queue": "register" | "next", "args": [...]}``) and
+the executor, already a Ray worker, calls the run's queue actor and answers on stdin. So no
+job process connects to Ray itself.
+
 ``VERSION`` names the protocol between a driver and an executor; a fleet whose executors speak
 another (started by an older checkout) is used through Ray tasks, as before, and the run says
 why in one line.
@@ -32,11 +37,13 @@ import sys
 
 from farm.fleet.cluster import NAMESPACE
 
-VERSION = 1
+VERSION = 2
 PREFIX = "farm-exec-"
 ENTRY = "farm.runner.exec_entry"  # run in the run's tree, by name: nothing of it imported here
 LINE_LIMIT = 1 << 28  # one batch per line; a failure's captured output can be large
 READY_S = 60.0  # how long the keeper waits for its executors to answer
+QUEUE_CALLS = ("register", "next")  # what an entry may ask of its job's queue
+QUEUE_CALL_S = 30.0  # deadline on each (Ray waits forever otherwise)
 # Ray's per-worker variables: the entry is a plain process (or a driver of its own), not a worker
 _WORKER_ONLY = ("RAY_JOB_ID", "RAY_RAYLET_PID", "RAY_NODE_ID", "RAY_RUNTIME_ENV_HOOK",
                 "RAY_WORKER_ID")
@@ -49,8 +56,8 @@ def name(node_id: str) -> str:
 class NodeExecutor:
     """The actor's body (async: calls interleave; a job waits for the device's lock)."""
 
-    def __init__(self, node_id: str, address: str) -> None:
-        self.node_id, self.address = node_id, address
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
         self.lock = asyncio.Lock()
 
     async def version(self) -> int:
@@ -70,15 +77,21 @@ class NodeExecutor:
         full.setdefault("OMP_NUM_THREADS", "1")
         full.update(env)
         full["PYTHONPATH"] = os.pathsep.join(p for p in (tree, full.get("PYTHONPATH")) if p)
-        full["FARM_EXEC_NODE"], full["FARM_EXEC_ADDRESS"] = self.node_id, self.address
+        full["FARM_EXEC_NODE"] = self.node_id
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", ENTRY, cwd=tree, env=full, stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, limit=LINE_LIMIT, start_new_session=True)
         try:
-            proc.stdin.write(json.dumps(spec).encode())
-            proc.stdin.close()
+            proc.stdin.write(json.dumps(spec).encode() + b"\n")
+            await proc.stdin.drain()
             while line := await proc.stdout.readline():
-                yield json.loads(line)
+                msg = json.loads(line)
+                if isinstance(msg, dict):  # a twin's question to its queue
+                    answer = await _ask(spec.get("shard") or {}, msg)
+                    proc.stdin.write(json.dumps(answer).encode() + b"\n")
+                    await proc.stdin.drain()
+                    continue
+                yield msg
             await proc.wait()
         finally:  # cancelled (ray.cancel), or the driver is gone: nothing of the job is left
             if proc.returncode is None:
@@ -87,7 +100,23 @@ class NodeExecutor:
                 await proc.wait()
 
 
-def start_all(node_ids: list[str], address: str, timeout: float = READY_S) -> None:
+async def _ask(shard: dict, msg: dict) -> dict:
+    """One queue call for the entry: ``{"value": ...}`` or ``{"error": "..."}``."""
+    import ray
+
+    method = msg.get("queue")
+    if method not in QUEUE_CALLS or not shard.get("queue"):
+        return {"error": f"no such queue call {method!r} for this job"}
+    try:
+        actor = ray.get_actor(shard["queue"], namespace=NAMESPACE)
+        ref = getattr(actor, method).remote(str(shard["job"]), str(shard["name"]),
+                                            *(msg.get("args") or []))
+        return {"value": await asyncio.wait_for(ref, QUEUE_CALL_S)}
+    except Exception as e:  # noqa: BLE001 -- the queue is gone: the job says so and ends
+        return {"error": f"{type(e).__name__}: {str(e).strip()[-300:]}"}
+
+
+def start_all(node_ids: list[str], timeout: float = READY_S) -> None:
     """The keeper's part (connected to its fleet as a driver): one executor per node, pinned
     to it, detached (it outlives the keeper's driver; the fleet's end kills it), each
     answering before this returns."""
@@ -98,7 +127,7 @@ def start_all(node_ids: list[str], address: str, timeout: float = READY_S) -> No
     actors = [cls.options(name=name(n), namespace=NAMESPACE, lifetime="detached",
                           get_if_exists=True,
                           scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False),
-                          ).remote(n, address) for n in node_ids]
+                          ).remote(n) for n in node_ids]
     ray.get([a.version.remote() for a in actors], timeout=timeout)
 
 

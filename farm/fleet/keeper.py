@@ -94,7 +94,7 @@ def _start_executors(address: str, node_ids: list[str]) -> int:
 
     try:
         connect(address, node_ip=LOOPBACK)
-        executor.start_all(node_ids, address)
+        executor.start_all(node_ids)
     except Exception as e:  # noqa: BLE001 -- the fleet is still usable without them
         print(f"warning: no warm executors ({type(e).__name__}: {str(e)[:200]}); runs on this "
               f"fleet start Ray workers", flush=True)
