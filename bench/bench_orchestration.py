@@ -31,7 +31,7 @@ Modes, each timed as wall clock from process start to process end (median of --r
 Derived figures (see the report): ratio of farm wall to the slowest single device; fixed cost
 (farm wall minus the slowest single device); per-test overhead (the farm's pytest sessions
 against plain pytest sessions under the same concurrency, per test); and, from one instrumented
-`farm run` per farm mode (farm.cli.app.main in a subprocess with its phases wrapped in timers), where
+`farm run` per farm mode (farm.cli.app.script in a subprocess with its phases wrapped in timers), where
 the time goes.
 
 Start-up figures (the "Start-up" section): for each farm mode, fixed cost = its wall minus plain
@@ -91,7 +91,7 @@ OUT_DIR = REPO / "bench" / "results"
 PY = sys.executable
 ARCHES = ("applegpu_g13s", "applegpu_g14g", "applegpu_g15s")
 SELECTORS = "g13s,g14g,g15s"
-FARM = [PY, "-c", "from farm.cli.app import main; main()"]
+FARM = [PY, "-c", "from farm.cli.app import script; script()"]
 CLUSTER_BASE_PORT = 16000  # head 16000.., agents +300 each; below the ephemeral range, clear
 #                            of tests/ray_cluster.py's blocks (20000 + 2000 per xdist worker)
 TARGET_RATIO, TARGET_FIXED_S, TARGET_PER_TEST_MS = 1.2, 6.0, 2.0
@@ -229,7 +229,7 @@ def mode_farm(suite_name: str, env: dict[str, str], address: str | None,
     tmp = Path(tempfile.mkdtemp(prefix="bench-farm-"))
     try:
         cmd = farm_cmd(suite_name, db or tmp / "h.db", address, devices)
-        if probe is not None:  # the same farm.cli.app.main, with its phases timed
+        if probe is not None:  # the `farm` command (farm.cli.app.script), its phases timed
             cmd = [PY, str(Path(__file__).resolve()), "--_probe", str(probe), "--", *cmd[3:]]
             env = {**env, "BENCH_T0": repr(time.time())}
         wall, out = timed(cmd, env)
@@ -341,7 +341,7 @@ def _probe_main(out_path: str, argv: list[str]) -> None:
                                     timed_method(orig_reg, "regressions"),
                                     timed_method(orig_run, "driver_run"))
     sys.argv = ["farm", *argv]
-    farm.cli.app.main()
+    farm.cli.app.script()
 
 
 def profile_phases(probe: dict, wall: float) -> dict:
@@ -805,7 +805,8 @@ def markdown(res: dict, walls: dict[str, list[float]]) -> str:
          f"drift spreads over all of them; the loopback cluster stays up (idle) through every "
          f"round. 1-min load before each run: " + "; ".join(
              f"{k} {v}" for k, v in res["load1_before_each_rep"].items()) + ". Farm walls are "
-         "of `farm.cli.app.main` with phase timers (`--_probe`); one literal `farm run` per farm "
+         "of `farm.cli.app.script` (the `farm` command) with phase timers (`--_probe`); one "
+         "literal `farm run` per farm "
          "mode at the end: " + ", ".join(f"{k} {v:.2f} s" for k, v in
                                           res["literal_cli_walls"].items()) + ".\n"]
     if res["farm_env_workaround"]:
@@ -881,7 +882,7 @@ def markdown(res: dict, walls: dict[str, list[float]]) -> str:
              "before it, pytest session time each, per test: the farm's in-session cost with "
              "nothing else running beside it.\n")
     L.append("## Where the time goes (median per phase over the instrumented farm runs)\n")
-    L.append("`farm.cli.app.main` run in a subprocess with its phases wrapped in timers "
+    L.append("`farm.cli.app.script` run in a subprocess with its phases wrapped in timers "
              "(`--_probe`); the device-side phases come from the job's own events. Critical "
              "path: the device job that ended last.\n")
     names = list(next(iter(res["profile"].values()))["phases"]) if res["profile"] else []

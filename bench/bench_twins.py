@@ -46,7 +46,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "results" / "twins.json"
-FARM = [sys.executable, "-c", "from farm.cli.app import main; main()"]
+FARM = [sys.executable, "-c", "from farm.cli.app import script; script()"]
 ARCH = "applegpu_g14g"
 SUITES = {"device-bound": "tests/farm_fixtures/suite_device_bound.py", "m8-parity": "m8-parity"}
 GOAL = 0.6

@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-FARM = [sys.executable, "-c", "from farm.cli.app import main; main()"]
+FARM = [sys.executable, "-c", "from farm.cli.app import script; script()"]
 MARK = "FARM_TEST_MARK"
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 ARCHES = ("applegpu_g13s", "applegpu_g14g", "applegpu_g15s")
-FARM = [sys.executable, "-c", "from farm.cli.app import main; main()"]
+FARM = [sys.executable, "-c", "from farm.cli.app import script; script()"]
 LOOPBACK = "127.0.0.1"  # every node and the driver: nothing of the test cluster leaves the host
 NODE_SPAN = 300  # ports a node uses above its base (see farm/fleet/head.py)
 

@@ -17,7 +17,7 @@ from db import open_history
 from db.history import DRIVER_LEASE_S
 
 REPO = Path(__file__).resolve().parent.parent
-FARM = [sys.executable, "-c", "from farm.cli.app import main; main()"]
+FARM = [sys.executable, "-c", "from farm.cli.app import script; script()"]
 
 
 def _running(h, *, age: float, node: str | None) -> str:

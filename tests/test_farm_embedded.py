@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parent.parent
 def test_farm_run_without_a_cluster_starts_and_tears_down_an_embedded_fleet(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
     db, junit = tmp_path / "h.db", tmp_path / "junit.xml"
-    out = subprocess.run([sys.executable, "-c", "from farm.cli.app import main; main()", "run",
+    out = subprocess.run([sys.executable, "-c", "from farm.cli.app import script; script()", "run",
                           "--suite", "tests/farm_fixtures/suite_basic.py", "--devices",
                           "g13s,g14", "--db", str(db), "--json", "--junit", str(junit)],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240,
@@ -36,7 +36,7 @@ def test_farm_run_without_a_cluster_starts_and_tears_down_an_embedded_fleet(tmp_
 
 def test_an_embedded_fleet_runs_selector_star_n_as_twins_sharing_one_job(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN")}
-    out = subprocess.run([sys.executable, "-c", "from farm.cli.app import main; main()", "run",
+    out = subprocess.run([sys.executable, "-c", "from farm.cli.app import script; script()", "run",
                           "--suite", "tests/farm_fixtures/suite_twins.py", "--devices", "g14*2",
                           "--db", str(tmp_path / "h.db"), "--json"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=240,

@@ -124,7 +124,7 @@ def test_device_job_timeout_ends_the_job_with_the_running_test_timed_out():
 
 
 def test_run_refuses_a_nonpositive_test_timeout_before_touching_any_cluster():
-    out = subprocess.run([sys.executable, "-c", "from farm.cli.app import main; main()", "run",
+    out = subprocess.run([sys.executable, "-c", "from farm.cli.app import script; script()", "run",
                           "--suite", f"{FIX}/suite_basic.py", "--test-timeout", "0"],
                          cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert out.returncode == 2

@@ -12,7 +12,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SUITE = "tests/farm_fixtures/suite_undecodable.py"
-FARM = [sys.executable, "-c", "from farm.cli.app import main; main()"]
+FARM = [sys.executable, "-c", "from farm.cli.app import script; script()"]
 ESCAPED = "caf\\udce9 \\udcff\\udcfe end"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from farm_procs import psutil
 
 REPO = Path(__file__).resolve().parent.parent
-FARM = [sys.executable, "-c", "from farm.cli.app import main; main()"]
+FARM = [sys.executable, "-c", "from farm.cli.app import script; script()"]
 
 
 class Cli:

@@ -93,15 +93,19 @@ def _register() -> None:
                 cmd.epilog = escape(f"Example: {EXAMPLES[name]}")
 
 
+def script() -> None:
+    """The `farm` command (the installed script): `main`, in a process that ends when the
+    command does, so `farm run` may end it at once once all is stored (`farm.quick_exit`)."""
+    quick_exit.ACTIVE = True
+    main()
+
+
 def main() -> None:
     _register()
-    quick_exit.ACTIVE = True
     try:
         # standalone_mode=False returns an Exit's code instead of exiting: pass it on.
         rc = app(standalone_mode=False)
-        rc = rc if isinstance(rc, int) else 0
-        quick_exit.end(rc)
-        sys.exit(rc)
+        sys.exit(rc if isinstance(rc, int) else 0)
     except FarmError as e:
         typer.echo(f"error: {e}", err=True)
         sys.exit(e.exit_code)
