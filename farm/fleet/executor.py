@@ -14,7 +14,9 @@ construction), with the tree first on the path and the run's variables set, and 
 event batches that process writes, one JSON line each, as a Ray streaming generator. So the
 code that runs is the run's, as with a Ray ``working_dir``; the executor is only the process
 that is already up. One job per device at a time (the lock stands in for the device resource a
-task asks for); a cancelled call kills its process group.
+task asks for); a cancelled call kills its process group, and so does the death of the driver
+that made the call (``caller``: its pid and start time; a Ray task dies with its driver's job,
+an executor's call would otherwise run on, holding the device, until the job's own timeout).
 
 The pipes carry the spec down (one JSON line on stdin) and, for a twin of a sharded job, its
 test queue: the entry asks on stdout (``{"queue": "register" | "next", "args": [...]}``) and
@@ -44,6 +46,7 @@ LINE_LIMIT = 1 << 28  # one batch per line; a failure's captured output can be l
 READY_S = 60.0  # how long the keeper waits for its executors to answer
 QUEUE_CALLS = ("register", "next")  # what an entry may ask of its job's queue
 QUEUE_CALL_S = 30.0  # deadline on each (Ray waits forever otherwise)
+CALLER_POLL_S = 1.0  # how often a job's executor looks for its driver
 # Ray's per-worker variables: the entry is a plain process (or a driver of its own), not a worker
 _WORKER_ONLY = ("RAY_JOB_ID", "RAY_RAYLET_PID", "RAY_NODE_ID", "RAY_RUNTIME_ENV_HOOK",
                 "RAY_WORKER_ID")
@@ -63,14 +66,17 @@ class NodeExecutor:
     async def version(self) -> int:
         return VERSION
 
-    async def run(self, spec: dict, tree: str, env: dict[str, str]):
+    async def run(self, spec: dict, tree: str, env: dict[str, str], caller: dict | None = None):
         """The device job of ``spec`` (`farm.runner.device_job.run_job`'s), run in ``tree``
-        (a directory of this host) with ``env`` added; yields its event batches."""
+        (a directory of this host) with ``env`` added; yields its event batches. ``caller``:
+        the driver's ``{"pid", "started"}`` (`caller`), whose end ends the job."""
         async with self.lock:
-            async for batch in self._entry(spec, tree, env):
+            if caller and not _alive(caller):
+                return  # queued behind another job, and its driver is gone meanwhile
+            async for batch in self._entry(spec, tree, env, caller):
                 yield batch
 
-    async def _entry(self, spec: dict, tree: str, env: dict[str, str]):
+    async def _entry(self, spec: dict, tree: str, env: dict[str, str], caller: dict | None):
         full = {k: v for k, v in os.environ.items() if k not in _WORKER_ONLY}
         # As Ray gives a task's worker (it sets it when unset): the same job, the same threads,
         # whether a task or an executor runs it.
@@ -81,6 +87,7 @@ class NodeExecutor:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", ENTRY, cwd=tree, env=full, stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, limit=LINE_LIMIT, start_new_session=True)
+        watch = asyncio.create_task(_end_with(caller, proc)) if caller else None
         try:
             proc.stdin.write(json.dumps(spec).encode() + b"\n")
             await proc.stdin.drain()
@@ -94,10 +101,40 @@ class NodeExecutor:
                 yield msg
             await proc.wait()
         finally:  # cancelled (ray.cancel), or the driver is gone: nothing of the job is left
+            if watch is not None:
+                watch.cancel()
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 await proc.wait()
+
+
+def caller() -> dict:
+    """This process as the caller of an executor's job (the driver's side)."""
+    from farm.fleet.reaping import psutil_module
+
+    return {"pid": os.getpid(), "started": psutil_module().Process().create_time()}
+
+
+def _alive(who: dict) -> bool:
+    from farm.fleet.reaping import psutil_module
+
+    ps = psutil_module()
+    try:
+        p = ps.Process(int(who["pid"]))
+        return abs(p.create_time() - float(who["started"])) < 0.01 and p.status() != ps.STATUS_ZOMBIE
+    except ps.Error:
+        return False
+
+
+async def _end_with(who: dict, proc) -> None:
+    """Kill the job's process group once its driver is gone (checked every second)."""
+    while proc.returncode is None:
+        await asyncio.sleep(CALLER_POLL_S)
+        if not _alive(who):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            return
 
 
 async def _ask(shard: dict, msg: dict) -> dict:

@@ -120,7 +120,7 @@ class Driver:
         self.twins = Twins(self)  # the sharded jobs
         self.job_task = _job_task()
         self.execs: dict[str, object] = {}  # node id -> warm executor (`use_executors`)
-        self.exec_run: tuple[str, dict[str, str]] = ("", {})  # the tree and variables they get
+        self.exec_run: tuple = ()  # the tree, variables and caller they get (`use_executors`)
         self.via_exec: set[int] = set()  # slots an executor runs
         self.aborting = False  # jobs ended by an abort get no line each: the abort has one
         self.context = context  # what changes dispatch, for the history
@@ -180,7 +180,7 @@ class Driver:
     def use_executors(self, execs: dict[str, object], tree: Path, env: dict[str, str]) -> None:
         """Device jobs on these nodes go to their warm executors (`farm.fleet.executor`), run in
         ``tree`` (the staged tree, on this host) with the run's variables ``env``."""
-        self.execs, self.exec_run = dict(execs), (str(tree), dict(env))
+        self.execs, self.exec_run = dict(execs), (str(tree), dict(env), executor.caller())
 
     def launch(self, i: int, device: Device, shard: dict | None = None) -> int:
         """Start one device job of job ``i`` on ``device``; returns its slot."""
