@@ -209,7 +209,9 @@ def fleet_up(
     json_out: bool = typer.Option(False, "--json", help="print the fleet as JSON"),
 ) -> None:
     """Start a local fleet (one Ray node per device, on 127.0.0.1, token auth) that stays up:
-    `farm run` without --address attaches to it until `farm fleet down`."""
+    `farm run` without --address attaches to it until `farm fleet down`. Each node keeps an
+    executor that runs a run's device jobs in that run's tree, so a run starts no Ray worker;
+    SELECTOR*N starts N twins (g14*2)."""
     from farm.fleet import warm
 
     t0 = time.monotonic()
