@@ -97,7 +97,8 @@ def synthetic_fleet(ray):
 
 def sim_driver_class():
     from farm.fleet.devices import Device
-    from farm.runner.loop import JOB_GRACE_S, Driver, Shard
+    from farm.runner.loop import JOB_GRACE_S, Driver
+    from farm.runner.run_types import Shard
 
     class SimDriver(Driver):
         """The run loop with synthetic devices (see the module docstring for what differs)."""
@@ -168,9 +169,9 @@ def simulate(n: int, rate: float, tmp: Path) -> dict:
     from db import open_history
     from farm.report import summary as report
     from farm.runner import signals
-    from farm.runner.loop import RunOptions
     from farm.runner.progress import Progress
     from farm.runner.record import RunRecord
+    from farm.runner.run_types import RunOptions
 
     db = tmp / f"sim-{n}.db"
     history = open_history(str(db))

@@ -36,9 +36,10 @@ from farm.fleet.devices import check_twins, parse_selectors
 from farm.report import summary as report
 from farm.runner import signals
 from farm.runner.checks import check_arch_env, check_collects
-from farm.runner.loop import Driver, RunOptions, RunOutcome
+from farm.runner.loop import Driver
 from farm.runner.progress import Progress
 from farm.runner.record import HEARTBEAT_S, ORPHAN_AFTER_S, RunRecord
+from farm.runner.run_types import RunOptions, RunOutcome
 
 __all__ = ["HEARTBEAT_S", "ORPHAN_AFTER_S", "Driver", "RunOptions", "RunOutcome", "RunRecord",
            "run"]
