@@ -117,14 +117,9 @@ def caller() -> dict:
 
 
 def _alive(who: dict) -> bool:
-    from farm.fleet.reaping import psutil_module
+    from farm.fleet.reaping import same_process
 
-    ps = psutil_module()
-    try:
-        p = ps.Process(int(who["pid"]))
-        return abs(p.create_time() - float(who["started"])) < 0.01 and p.status() != ps.STATUS_ZOMBIE
-    except ps.Error:
-        return False
+    return same_process(who["pid"], who["started"]) is not None
 
 
 async def _end_with(who: dict, proc) -> None:
@@ -178,7 +173,8 @@ def find(node_ids: list[str]) -> tuple[dict[str, object], str | None]:
         with contextlib.suppress(ValueError):
             found[n] = ray.get_actor(name(n), namespace=NAMESPACE)
     if not found:
-        return {}, "the warm fleet has no executors (started by an older checkout)"
+        return {}, ("no executor on its nodes (a fleet started by an older checkout, or its "
+                    "executors were stopped)")
     try:
         versions = dict(zip(found, ray.get([a.version.remote() for a in found.values()],
                                            timeout=10), strict=True))

@@ -96,6 +96,19 @@ def psutil_module():
     return importlib.import_module("psutil")
 
 
+def same_process(pid: int, started: float):
+    """The psutil.Process of ``pid`` if it is still the process started at ``started`` (its
+    create time) and not a zombie; else None (gone, or the pid now names another)."""
+    ps = psutil_module()
+    try:
+        p = ps.Process(int(pid))
+        if abs(p.create_time() - float(started)) > 0.01 or p.status() == ps.STATUS_ZOMBIE:
+            return None
+        return p
+    except ps.Error:
+        return None
+
+
 def descendants() -> set[tuple[int, float]]:
     """(pid, start time) of every process below this one."""
     psutil = psutil_module()

@@ -134,14 +134,9 @@ def _psutil():
 
 def _keeper(fleet: WarmFleet):
     """The keeper's psutil.Process, or None when it is gone (or its pid now names another)."""
-    ps = _psutil()
-    try:
-        p = ps.Process(fleet.keeper_pid)
-        if abs(p.create_time() - fleet.keeper_started) > 0.01 or p.status() == ps.STATUS_ZOMBIE:
-            return None
-        return p
-    except ps.Error:
-        return None
+    from farm.fleet.reaping import same_process
+
+    return same_process(fleet.keeper_pid, fleet.keeper_started)
 
 
 def problem(fleet: WarmFleet) -> str | None:
