@@ -941,17 +941,19 @@ def startup_markdown(res: dict) -> list[str]:
           f"{res['reps']} rounds, each round's figure in brackets. Targets: embedded fleet's "
           f"first test <= {TARGET_FIRST_TEST_S:g} s, warm fleet's fixed cost <= "
           f"{TARGET_WARM_FIXED_S:g} s.\n"),
-         ("| farm mode | devices | wall s | same work in plain pytest s | fixed cost, same work s "
-          "(rounds) | fixed cost, slowest single s | first pytest session s | first test s |"),
-         "|---|---|---:|---:|---:|---:|---:|---:|"]
+         ("| farm mode | devices | wall s | same work in plain pytest s | wall / same work | "
+          "fixed cost, same work s (rounds) | fixed cost, slowest single s | first pytest "
+          "session s | first test s |"),
+         "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for mode, d in st.items():
         first = d["first_test_s_median"]
         sess = d["first_session_s_median"]
         same = d.get("fixed_cost_vs_same_work")
         rounds = ", ".join(f"{x:.2f}" for x in d.get("fixed_costs_vs_same_work") or [])
+        sw = d.get("same_work_wall_median")
+        ratio = f"{d['wall_median'] / sw:.2f}" if sw else "-"
         L.append(f"| {mode} | {d.get('devices', SELECTORS)} | {d['wall_median']:.2f} | "
-                 f"{'-' if d.get('same_work_wall_median') is None else d['same_work_wall_median']}"
-                 f" ({d.get('same_work', '-')}) | "
+                 f"{'-' if sw is None else sw} ({d.get('same_work', '-')}) | {ratio} | "
                  f"{'-' if same is None else f'{same:.2f} ({rounds})'} | {d['fixed_cost']:.2f} | "
                  f"{'-' if sess is None else f'{sess:.2f}'} | "
                  f"{'-' if first is None else f'{first:.2f}'} |")
