@@ -474,9 +474,11 @@ class Cluster:
 class Warm:
     """`farm fleet up` / `farm fleet down` with a state directory of the bench's own."""
 
-    def __init__(self, extra_env: dict[str, str]):
+    address = None  # `farm run` attaches through the state directory, not an address
+
+    def __init__(self, extra_env: dict[str, str], devices: str = SELECTORS):
         self.state = Path(tempfile.mkdtemp(prefix="bench-warm-"))
-        self.extra = extra_env
+        self.extra, self.devices = extra_env, devices
         self.up_s = self.down_s = None
         self.info: dict | None = None
 
@@ -485,7 +487,8 @@ class Warm:
 
     def start(self) -> None:
         t0 = time.perf_counter()
-        _wall, out = timed([*FARM, "fleet", "up", "--devices", SELECTORS, "--json"], self.env())
+        _wall, out = timed([*FARM, "fleet", "up", "--devices", self.devices, "--json"],
+                           self.env())
         if out.returncode != 0:
             raise RuntimeError(f"farm fleet up: exit {out.returncode}: {out.stderr[-2000:]}")
         self.up_s = time.perf_counter() - t0

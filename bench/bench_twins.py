@@ -79,34 +79,18 @@ def start_cluster(rc):
     return c
 
 
-class WarmTwins:
-    """A warm fleet of two g14 nodes in a state directory of its own (the ``warm`` fleet)."""
+def _warm():
+    """A warm fleet of two g14 nodes in a state directory of its own (bench_orchestration's)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from bench_orchestration import Warm
 
-    def __init__(self):
-        self.state = Path(tempfile.mkdtemp(prefix="benchtwins-warm-"))
-        self.address = None  # farm run attaches by the state directory, not an address
-
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_MODE")}
-        return {**env, "FARM_STATE_DIR": str(self.state), "PYTEST_ADDOPTS": "-o addopts="}
-
-    def up(self) -> None:
-        out = subprocess.run([*FARM, "fleet", "up", "--devices", "g14*2"], cwd=REPO,
-                             env=self.env(), text=True, capture_output=True, timeout=300,
-                             check=False)
-        if out.returncode != 0:
-            raise SystemExit(f"farm fleet up failed: {out.stderr[-2000:]}")
-
-    def down(self) -> None:
-        subprocess.run([*FARM, "fleet", "down"], cwd=REPO, env=self.env(), text=True,
-                       capture_output=True, timeout=120, check=False)
+    return Warm({"PYTEST_ADDOPTS": "-o addopts="}, devices="g14*2")
 
 
 def farm_run(c, suite: str, db: Path, devices: str = "g14") -> dict:
     env = {k: v for k, v in c.env().items() if k not in ("DFLASH2_DEVICE_ARCH", "PYTEST_ADDOPTS",
                                                          "PYTEST_XDIST_WORKER")}
-    if c.address is None:  # the warm fleet: the twins' selector names both nodes
+    if c.address is None:  # the warm fleet (bench_orchestration.Warm)
         env["PYTEST_ADDOPTS"] = "-o addopts="
     where = ["--address", c.address] if c.address else []
     t0 = time.perf_counter()
@@ -198,12 +182,12 @@ def measure_fleet(fleet: str, suites: list[str], reps: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "h.db"
         if fleet == "warm":
-            w = WarmTwins()
+            w = _warm()
             try:
-                w.up()
+                w.start()
                 return measure(w, suites, reps, db, modes)
             finally:
-                w.down()
+                w.stop()
         rc = _rc()
         c = start_cluster(rc)
         try:

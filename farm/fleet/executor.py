@@ -88,13 +88,14 @@ class NodeExecutor:
             sys.executable, "-m", ENTRY, cwd=tree, env=full, stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, limit=LINE_LIMIT, start_new_session=True)
         watch = asyncio.create_task(_end_with(caller, proc)) if caller else None
+        queue: dict = {}  # the run's queue actor, looked up once per job (`_ask`)
         try:
             proc.stdin.write(json.dumps(spec).encode() + b"\n")
             await proc.stdin.drain()
             while line := await proc.stdout.readline():
                 msg = json.loads(line)
                 if isinstance(msg, dict):  # a twin's question to its queue
-                    answer = await _ask(spec.get("shard") or {}, msg)
+                    answer = await _ask(spec.get("shard") or {}, msg, queue)
                     proc.stdin.write(json.dumps(answer).encode() + b"\n")
                     await proc.stdin.drain()
                     continue
@@ -132,16 +133,18 @@ async def _end_with(who: dict, proc) -> None:
             return
 
 
-async def _ask(shard: dict, msg: dict) -> dict:
-    """One queue call for the entry: ``{"value": ...}`` or ``{"error": "..."}``."""
+async def _ask(shard: dict, msg: dict, queue: dict) -> dict:
+    """One queue call for the entry: ``{"value": ...}`` or ``{"error": "..."}``. ``queue``
+    keeps the actor's handle between a job's calls (a twin asks once per test)."""
     import ray
 
     method = msg.get("queue")
     if method not in QUEUE_CALLS or not shard.get("queue"):
         return {"error": f"no such queue call {method!r} for this job"}
     try:
-        actor = ray.get_actor(shard["queue"], namespace=NAMESPACE)
-        ref = getattr(actor, method).remote(str(shard["job"]), str(shard["name"]),
+        if "actor" not in queue:
+            queue["actor"] = ray.get_actor(shard["queue"], namespace=NAMESPACE)
+        ref = getattr(queue["actor"], method).remote(str(shard["job"]), str(shard["name"]),
                                             *(msg.get("args") or []))
         return {"value": await asyncio.wait_for(ref, QUEUE_CALL_S)}
     except Exception as e:  # noqa: BLE001 -- the queue is gone: the job says so and ends

@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 from farm.errors import EXIT_INFRA, FarmError
-from farm.fleet.warm import WATCH_S, WarmFleet, _psutil, _remove, _write
+from farm.fleet.reaping import psutil_module
+from farm.fleet.warm import WATCH_S, WarmFleet, remove_state, write_state
 
 
 def keep(path: Path, nonce: str, devices: list[dict]) -> int:
@@ -51,13 +52,13 @@ def keep(path: Path, nonce: str, devices: list[dict]) -> int:
             address, nodes = embedded.start_local_fleet(idents, base)
             executors = _start_executors(address, list(nodes))
         handle_signals()
-        me = _psutil().Process()
+        me = psutil_module().Process()
         fleet = WarmFleet(address=address, token=token, fleet_id=fleet_id, keeper_pid=me.pid,
                           keeper_started=me.create_time(), temp_dir=str(base), devices=devices,
                           nodes={n: d.arch for n, d in nodes.items()}, started=time.time(),
                           log=str(path.with_name("fleet.log")), nonce=nonce, path=str(path),
                           executors=executors)
-        _write(fleet, path)
+        write_state(fleet, path)
         print(f"warm fleet up at {address}: {', '.join(fleet.labels)}", flush=True)
         port = int(address.rpartition(":")[2])
         misses, tick = 0, time.monotonic()
@@ -80,7 +81,7 @@ def keep(path: Path, nonce: str, devices: list[dict]) -> int:
             disconnect()
         reaping.kill_fleet(fleet_id, roots={str(base)})
         if fleet is not None:
-            _remove(fleet)
+            remove_state(fleet)
         shutil.rmtree(base, ignore_errors=True)
 
 

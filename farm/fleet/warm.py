@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from farm.errors import EXIT_INFRA, EXIT_USAGE, FarmError
+from farm.fleet.reaping import ENV_FLEET, fleet_processes, kill_fleet, psutil_module, same_process
 
 ENV_STATE_DIR = "FARM_STATE_DIR"
 STATE_NAME = "fleet.json"
@@ -118,7 +119,7 @@ def read(path: Path | None = None) -> WarmFleet | None:
     return fleet
 
 
-def _write(fleet: WarmFleet, path: Path) -> None:
+def write_state(fleet: WarmFleet, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -126,16 +127,8 @@ def _write(fleet: WarmFleet, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def _psutil():
-    from farm.fleet.reaping import psutil_module as ps
-
-    return ps()
-
-
 def _keeper(fleet: WarmFleet):
     """The keeper's psutil.Process, or None when it is gone (or its pid now names another)."""
-    from farm.fleet.reaping import same_process
-
     return same_process(fleet.keeper_pid, fleet.keeper_started)
 
 
@@ -154,8 +147,6 @@ def problem(fleet: WarmFleet) -> str | None:
 
 
 def _processes(fleet: WarmFleet) -> list:
-    from farm.fleet.reaping import fleet_processes
-
     if not fleet.fleet_id:
         return []
     keeper = _keeper(fleet)
@@ -169,8 +160,6 @@ def _processes(fleet: WarmFleet) -> list:
 
 def _kill_all(fleet: WarmFleet) -> tuple[int, list[int]]:
     """Kill every process of the fleet (keeper included); (how many, pids left alive)."""
-    from farm.fleet.reaping import kill_fleet
-
     before = {p.pid for p in _processes(fleet)}
     keeper = _keeper(fleet)
     left: list[int] = []
@@ -185,7 +174,7 @@ def _kill_all(fleet: WarmFleet) -> tuple[int, list[int]]:
     return len(before), left
 
 
-def _remove(fleet: WarmFleet) -> None:
+def remove_state(fleet: WarmFleet) -> None:
     path = Path(fleet.path) if fleet.path else state_file()
     with contextlib.suppress(FileNotFoundError):
         current = read(path)
@@ -198,7 +187,7 @@ def _remove(fleet: WarmFleet) -> None:
 def clean_stale(fleet: WarmFleet, why: str) -> str:
     """Kill what is left of a stale fleet, remove its state; the one line that says so."""
     n, left = _kill_all(fleet)
-    _remove(fleet)
+    remove_state(fleet)
     killed = f"{n} leftover process(es) killed" if n else "no process of it left"
     tail = f"; still alive: {left}" if left else ""
     return f"stale warm fleet ({why}): {killed}, state {fleet.path} removed{tail}"
@@ -287,8 +276,6 @@ def _spawn(planned, timeout: float) -> WarmFleet:
     nonce = secrets.token_hex(8)
     log = path.with_name("fleet.log")
     root = Path(__file__).resolve().parent.parent.parent
-    from farm.fleet.reaping import ENV_FLEET
-
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS",)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
     env[ENV_FLEET] = secrets.token_hex(8)  # in the keeper's own environment too: found by it
@@ -335,11 +322,11 @@ def down(say: Callable[[str], None]) -> str:
         procs = _processes(fleet)
         with contextlib.suppress(ProcessLookupError):
             os.kill(fleet.keeper_pid, signal.SIGTERM)  # it kills its fleet, removes the state
-        ps = _psutil()
+        ps = psutil_module()
         _, alive = ps.wait_procs(procs, timeout=DOWN_S)
         alive = [p for p in alive if _running(p)]
         n_forced, left = _kill_all(fleet) if alive or _processes(fleet) else (0, [])
-        _remove(fleet)
+        remove_state(fleet)
         if left:
             raise FarmError(f"warm fleet at {fleet.address}: {len(left)} process(es) would not "
                             f"die: pids {left}", EXIT_INFRA)
@@ -349,7 +336,7 @@ def down(say: Callable[[str], None]) -> str:
 
 
 def _running(p) -> bool:
-    ps = _psutil()
+    ps = psutil_module()
     try:
         return p.status() != ps.STATUS_ZOMBIE
     except ps.Error:
