@@ -4,15 +4,23 @@ backend (issue 14, Deliver 2).
     python scripts/cuda_host_cost.py [--out FILE.json]
 
 Building one launch's graph, not evaluating it (each batch is evaluated afterwards, untimed),
-median over batches of 500 launches, hot weights, for:
+hot weights, the paths timed in turns (kernels/bench/host_cost.host_paired_us: 500 launches a
+turn, median of 15 turns, and each path's median difference to stock within a turn), for the
+M=8 gate_up and down tiles the selection table ships:
 - ``stock``: ``mx.quantized_matmul``;
+- ``stock_compiled``: the same under ``mx.compile``: what a compiled call costs over the op;
 - ``kernel_per_call``: the ``mx.fast.cuda_kernel`` object called directly with a launch config
-  built once: what the launch cost before the launch was recorded. MLX writes the kernel's whole
-  source string (header, signature, constants, body) on every such call;
+  built once: MLX writes the kernel's whole source string (header, signature, constants, body)
+  on every such call;
+- ``kernel_specialized``: a kernel object made for this one shape, its constants written into
+  its source (no template list to convert and format per call), called directly; checked bit
+  for bit against ``launch``;
 - ``launch``: ``kernels.cuda.launch`` as the runtime calls it (the per-weights memo, then the
   replay of the recorded launch);
 - ``replay``: the recorded launch's ``mx.compile`` function called directly (launch minus its
-  Python lookup).
+  Python lookup);
+- ``replay_captured``: a compiled function of x alone, the weights captured as constants of its
+  graph; checked bit for bit against ``launch``.
 """
 
 from __future__ import annotations
@@ -27,51 +35,98 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mlx.core as mx
 
 from kernels import cuda
-from kernels.bench.host_cost import host_us
+from kernels.bench.host_cost import host_paired_us
 from kernels.qweights import QWeights
+from kernels.variants import VARIANTS
 
-CASES = [("gate_up", 5120, 17408, "bfloat16", {"n_tile": 32, "k_groups": 1, "unroll": 1,
-                                                "prefetch": 1}),
-         ("down", 17408, 5120, "float16", {"n_tile": 32, "k_groups": 4, "unroll": 2,
-                                            "prefetch": 1})]
+ROOT = Path(__file__).resolve().parents[1]
+CUDA_TYPES = {"bfloat16": "__nv_bfloat16", "float16": "__half", "float32": "float"}
 
 
-def per_call_us(fn, n: int = 500, reps: int = 9) -> dict:
-    return host_us(lambda i: fn(), n, reps)
+def table_tile(shape: str, dtype: str, m: int = 8) -> dict:
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    for e in table["entries"]:
+        if (e["devices"] == ["sm_90"] and e["shapes"] == [shape] and e["dtypes"] == [dtype]
+                and int(e["M"]) == m):
+            return dict((e.get("candidate") or e)["params"])
+    raise LookupError(f"no sm_90 entry for {shape} {dtype} M={m}")
+
+
+CASES = [("gate_up", 5120, 17408, "bfloat16"), ("down", 17408, 5120, "float16")]
+
+
+def specialized(lx: cuda.Launcher, dt_name: str):
+    """The launch's kernel made for this one shape: MLX's own ``constexpr`` lines, written once
+    into the body, instead of a template list MLX formats on every call."""
+    v = VARIANTS[lx.name]
+    consts = "".join(
+        f"  constexpr bool {k} = {'true' if val else 'false'};\n" if isinstance(val, bool)
+        else f"  constexpr int {k} = {val};\n" for k, val in lx.template if k != "T")
+    tag = abs(hash(tuple(lx.template[1:]))) % 10 ** 12
+    kernel = mx.fast.cuda_kernel(
+        name=f"dflash2_{lx.name}_{dt_name}_{tag}", input_names=["x", "w", "scales", "biases"],
+        output_names=["y"], source=f"  using T = {CUDA_TYPES[dt_name]};\n{consts}{v.CUDA_SOURCE}",
+        header=v.CUDA_HEADER)
+
+    def call(x, w, s, b):
+        return kernel(inputs=[x, w, s, b], grid=lx.grid, threadgroup=lx.threads,
+                      output_shapes=lx.shapes, output_dtypes=lx.dtypes)[0]
+    return call
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None)
+    ap.add_argument("--reps", type=int, default=15)
     args = ap.parse_args(argv)
     res = {"mlx_version": mx.__version__, "device": mx.device_info().get("device_name"),
+           "method": f"paired turns: 500 launches a turn, median of {args.reps} turns after 2 "
+                     "untimed; minus_stock_us = median of each turn's difference to stock",
            "cases": []}
-    for op, k, n, dt_name, params in CASES:
+    for op, k, n, dt_name in CASES:
+        params = table_tile(op, dt_name)
         dt = getattr(mx, dt_name)
         w = mx.random.normal((n, k), key=mx.random.key(0)) / k ** 0.5
         qw = QWeights.quantize(w, 64, 4, dt)
         x = (mx.random.normal((8, k), key=mx.random.key(1)) / k ** 0.25).astype(dt)
         mx.eval(qw.wq, qw.scales, qw.biases, x)
-        mx.eval(cuda.launch("mma_weights_a", x, qw, params))
+        y = cuda.launch("mma_weights_a", x, qw, params)
         lx = cuda.launcher("mma_weights_a", 8, k, n, 64, dt, params)
-        kernel, tmpl, grid, thr, shp, dts = (lx.kernel, lx.template, lx.grid, lx.threads,
-                                             lx.shapes, lx.dtypes)
+        try:  # an experiment: a failure is recorded, the other paths still timed
+            spec = specialized(lx, dt_name)
+            same = mx.array_equal(spec(x, qw.wq, qw.scales, qw.biases), y).item()
+        except (ValueError, RuntimeError) as e:
+            spec, same = None, f"error: {str(e)[:300]}"
+        stock_c = mx.compile(lambda x, w, s, b: mx.quantized_matmul(
+            x, w, s, b, transpose=True, group_size=64, bits=4))
 
-        def direct(kernel=kernel, tmpl=tmpl, grid=grid, thr=thr, shp=shp, dts=dts, x=x, qw=qw):
-            return kernel(inputs=[x, qw.wq, qw.scales, qw.biases], template=tmpl, grid=grid,
-                          threadgroup=thr, output_shapes=shp, output_dtypes=dts)[0]
+        def direct(i, lx=lx, x=x, qw=qw):
+            return lx.kernel(inputs=[x, qw.wq, qw.scales, qw.biases], template=lx.template,
+                             grid=lx.grid, threadgroup=lx.threads, output_shapes=lx.shapes,
+                             output_dtypes=lx.dtypes)[0]
+        # the weights captured by the compiled function (constants of its graph): the replay
+        # then flattens and checks one input instead of four
+        cap = mx.compile(lambda x, lx=lx, w=qw.wq, s=qw.scales, b=qw.biases: lx._body(x, w, s, b))
+        cap_same = mx.array_equal(cap(x), y).item()
+        makes = {
+            "stock": lambda i, x=x, qw=qw: mx.quantized_matmul(
+                x, qw.wq, qw.scales, qw.biases, transpose=True, group_size=64, bits=4),
+            "stock_compiled": lambda i, x=x, qw=qw, f=stock_c: f(x, qw.wq, qw.scales, qw.biases),
+            "kernel_per_call": direct,
+            **({"kernel_specialized": lambda i, x=x, qw=qw, f=spec: f(x, qw.wq, qw.scales,
+                                                                      qw.biases)}
+               if spec else {}),
+            "launch": lambda i, x=x, qw=qw, p=params: cuda.launch("mma_weights_a", x, qw, p),
+            "replay": lambda i, x=x, qw=qw, f=lx.fn: f(x, qw.wq, qw.scales, qw.biases),
+            "replay_captured": lambda i, x=x, f=cap: f(x)}
+        t = host_paired_us(makes, "stock", n=500, reps=args.reps)
         row = {"shape": op, "K": k, "N": n, "dtype": dt_name, "M": 8, "params": params,
-               "stock": per_call_us(lambda x=x, qw=qw: mx.quantized_matmul(
-                   x, qw.wq, qw.scales, qw.biases, transpose=True, group_size=64, bits=4)),
-               "kernel_per_call": per_call_us(direct),
-               "launch": per_call_us(lambda x=x, qw=qw, p=params: cuda.launch(
-                   "mma_weights_a", x, qw, p)),
-               "replay": per_call_us(lambda x=x, qw=qw, f=lx.fn: f(x, qw.wq, qw.scales,
-                                                                    qw.biases)),
-               "traces": lx.traces}
-        row["launch_minus_stock_us"] = row["launch"]["us"] - row["stock"]["us"]
-        print(json.dumps({k: (v["us"] if isinstance(v, dict) and "us" in v else v)
-                          for k, v in row.items()}), flush=True)
+               "specialized_bit_exact": same, "captured_bit_exact": cap_same,
+               "traces": lx.traces, **t}
+        print(json.dumps({"shape": op, "dtype": dt_name, "specialized_bit_exact": same,
+                          "captured_bit_exact": cap_same,
+                          **{p: [round(v["us"], 2), round(v["minus_baseline_us"], 2)]
+                             for p, v in t.items()}}), flush=True)
         res["cases"].append(row)
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=1))

@@ -24,7 +24,8 @@ dropped to stock the same way. Every other device's entries are left exactly as 
 Writes the table in place (or to ``--out``); ``--check`` writes nothing and exits 1 when the
 table differs from what the results say it should be.
 
-The TILE of the M=8 gate_up and down entries is chosen before that, from each launch ALONE:
+The TILE of the gate_up and down entries (at each M the profile holds) is chosen before that,
+from each launch ALONE:
 
     python scripts/regen_sm90_table.py --choose-from-ncu ncu_cold.csv \
         --cold-sweep cuda_verify_cold_sweep.json [--table ...] [--out ...] [--choice-out J]
@@ -122,7 +123,7 @@ def regenerate(table: dict, results: dict, results_name: str) -> tuple[dict, lis
                                         alone.get(_key(shape, dtype, e["M"], gs)))
                     base = {"devices": [DEVICE], "dtypes": [dtype], "M": e["M"],
                             "bits": e["bits"], "group_sizes": [gs], "shapes": [shape]}
-                    if e.get("chosen"):  # how the tile was chosen (choose_m8), kept
+                    if e.get("chosen"):  # how the tile was chosen (choose_tiles), kept
                         base["chosen"] = e["chosen"]
                     if keep and "alone" in fig:
                         a = fig["alone"]
@@ -172,11 +173,15 @@ def _tile_from_label(label: str) -> dict | None:
     return p if isinstance(p, dict) else None
 
 
-def choose_m8(table: dict, launches: list[dict], cold_sweep: dict, defaults: dict,
-              source: str) -> tuple[dict, dict]:
-    """(table with the M=8 gate_up/down sm_90 tiles chosen by ncu time alone, the record).
+def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict, defaults: dict,
+                 source: str) -> tuple[dict, dict]:
+    """(table with the gate_up/down sm_90 tiles chosen by ncu time alone, the record), at
+    every M the launches were timed at (an entry per M: the tile that serves M=8 best need not
+    serve M=16 best).
     ``launches``: bench/cuda_verify_ncu.py's ``parse`` of the CSV (label, name), each with
     its kernel time ``us``;
+    ``cold_sweep``: the cold sweeps' shapes, keyed "op/dtype" or, for a sweep at another M
+    than 8, "op/dtype/M" (its tiles were checked at that M);
     ``defaults``: mma_weights_a's DEFAULTS (tiles are compared with them filled in)."""
     import statistics
 
@@ -187,12 +192,10 @@ def choose_m8(table: dict, launches: list[dict], cold_sweep: dict, defaults: dic
     stock: dict[tuple, list[float]] = {}
     for k in launches:
         head = k["label"].split(" ", 3)
-        if len(head) < 4 or head[2] != "M=8":
-            continue
         us = k.get("us")
-        if us is None:
+        if len(head) < 4 or not head[2].startswith("M=") or us is None:
             continue
-        key = (head[0], head[1])
+        key = (head[0], head[1], int(head[2][2:]))
         if head[3] == "stock" and ("qmm" in k["name"] or "qmv" in k["name"]):
             stock.setdefault(key, []).append(us)
             continue
@@ -200,19 +203,22 @@ def choose_m8(table: dict, launches: list[dict], cold_sweep: dict, defaults: dic
         if p is not None and "dflash2" in k["name"]:
             times.setdefault(key, {}).setdefault(full(p), []).append(us)
     record: dict = {"source": source, "method": "ncu --cache-control all, each launch alone; "
-                    "median over a tile's launches; only tiles the cold sweep ran and found "
-                    "bit-exact and within 2e-2 of stock (and the entry's own tile)", "choices": {}}
+                    "median over a tile's launches; only tiles the cold sweep ran at that M and "
+                    "found bit-exact and within 2e-2 of stock (and the entry's own tile)",
+                    "choices": {}}
     entries = []
     for e in table["entries"]:
         cand = e.get("candidate") or {"variant": e["variant"], "params": e.get("params", {})}
-        key = (e["shapes"][0], e["dtypes"][0]) if len(e["shapes"]) == len(e["dtypes"]) == 1 \
-            else None
-        if (DEVICE not in e["devices"] or int(e["M"]) != 8 or key not in times
-                or cand["variant"] != "mma_weights_a"):
+        key = ((e["shapes"][0], e["dtypes"][0], int(e["M"]))
+               if len(e["shapes"]) == len(e["dtypes"]) == 1 else None)
+        if DEVICE not in e["devices"] or key not in times or cand["variant"] != "mma_weights_a":
             entries.append(e)
             continue
-        sweep = (cold_sweep.get("shapes", {}).get(f"{key[0]}/{key[1]}") or {}).get("points", [])
-        # only a tile the cold sweep ran and found exact (a skipped or absent one is unchecked)
+        label = "/".join(map(str, key))
+        swept = cold_sweep.get("shapes", {})
+        sweep = (swept.get(label) or (swept.get(f"{key[0]}/{key[1]}") if key[2] == 8 else None)
+                 or {}).get("points", [])
+        # only a tile the cold sweep ran at this M and found exact (skipped: unchecked)
         good = {full({kk: v for kk, v in pt.items() if kk in defaults}) for pt in sweep
                 if pt.get("ok")}
         shipped = full(cand["params"])
@@ -220,7 +226,7 @@ def choose_m8(table: dict, launches: list[dict], cold_sweep: dict, defaults: dic
                  if t in good or t == shipped}
         if not set(tiles) - {shipped}:  # nothing checked to choose from: left as it is
             entries.append(e)
-            record["choices"][f"{key[0]}/{key[1]}/8"] = {
+            record["choices"][label] = {
                 "skipped": "the cold sweep checked none of the tiles ncu timed"}
             continue
         best = min(tiles, key=tiles.get)
@@ -238,7 +244,7 @@ def choose_m8(table: dict, launches: list[dict], cold_sweep: dict, defaults: dic
             new["params"] = params
         new["chosen"] = note
         entries.append(new)
-        record["choices"][f"{key[0]}/{key[1]}/8"] = {
+        record["choices"][label] = {
             "chosen": params, "us": tiles[best], "stock_us": stock_us,
             "previous": dict(cand["params"]), "previous_us": tiles.get(shipped),
             "tiles": sorted(({"params": dict(t), "us": u} for t, u in tiles.items()),
@@ -259,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true",
                     help="write nothing; exit 1 if the table is not what the results say")
     ap.add_argument("--choose-from-ncu", default=None, metavar="CSV",
-                    help="choose the M=8 gate_up/down tiles from ncu's time of each tile alone "
+                    help="choose the gate_up/down tiles (at each M the CSV holds) from ncu's time of each tile alone "
                          "(h200.sh ncucold --points) instead of regenerating from --results")
     ap.add_argument("--cold-sweep", default=None,
                     help="the cold sweep's JSON (with the CSV); several, comma-separated")
@@ -313,12 +319,14 @@ def _choose(args) -> int:
         cold: dict = {"shapes": {}}
         for f in (args.cold_sweep or "").split(","):  # several sweeps: each shape's last one
             if f:
-                cold["shapes"].update(json.loads(Path(f).read_text()).get("shapes", {}))
+                for key, e in json.loads(Path(f).read_text()).get("shapes", {}).items():
+                    m = int(e.get("point_m", 8))
+                    cold["shapes"][key if m == 8 else f"{key}/{m}"] = e
         table = json.loads(Path(args.table).read_text())
     except (OSError, json.JSONDecodeError) as e:
         print(f"regen_sm90_table: cannot read {e}", file=sys.stderr)
         return 2
-    new, record = choose_m8(table, launches, cold, DEFAULTS, csv_path.name)
+    new, record = choose_tiles(table, launches, cold, DEFAULTS, csv_path.name)
     for key, c in record["choices"].items():
         if "skipped" in c:
             print(f"{key}: unchanged ({c['skipped']})")

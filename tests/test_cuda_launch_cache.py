@@ -7,6 +7,8 @@ float32) that counts how often the factory and the kernel are called. Everything
 real path: ``cuda.launch``, its per-weights memo, the ``mx.compile`` replay, the scales
 conversion. The same checks run against the real factory and kernel on an NVIDIA GPU
 (``test_real_cuda_launch_*``, skipped elsewhere; run on the H200 by scripts/h200.sh).
+Host TIME is not asserted here (a timed assertion on a shared host is noise): the bench measures
+it, paired against stock (bench/cuda_verify.py, scripts/cuda_host_cost.py).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import mlx.core as mx
 import pytest
 
 from kernels import cuda
-from kernels.bench.host_cost import host_us
 from kernels.qweights import QWeights
 
 K, N, GS = 512, 256, 64
@@ -138,10 +139,6 @@ def test_a_shape_that_cannot_tile_is_refused_before_anything_is_built(standin):
     assert standin["factory"] == 0 and not qw.kernel_memo
 
 
-def _per_call_us(fn, n=500, reps=7) -> float:
-    return host_us(lambda i: fn(), n, reps)["us"]
-
-
 @pytest.mark.skipif(not HAS_CUDA, reason="needs MLX's CUDA backend (an NVIDIA GPU)")
 def test_real_cuda_launch_builds_once_and_casts_nothing(monkeypatch):
     real = mx.fast.cuda_kernel
@@ -170,39 +167,3 @@ def test_real_cuda_launch_builds_once_and_casts_nothing(monkeypatch):
     assert all(mx.array_equal(y, y0).item() for y in outs[:3])
     monkeypatch.undo()
     cuda.clear_caches()
-
-
-def _h200_case():
-    k, n = 5120, 17408
-    w = mx.random.normal((n, k), key=mx.random.key(0)) / k ** 0.5
-    qw = QWeights.quantize(w, GS, 4, mx.bfloat16)
-    x = (mx.random.normal((8, k), key=mx.random.key(1)) / k ** 0.25).astype(mx.bfloat16)
-    params = {"n_tile": 32, "k_groups": 1, "unroll": 1, "prefetch": 1}
-    mx.eval(cuda.launch("mma_weights_a", x, qw, params))
-    stock = _per_call_us(lambda: mx.quantized_matmul(x, qw.wq, qw.scales, qw.biases,
-                                                     transpose=True, group_size=GS))
-    custom = _per_call_us(lambda: cuda.launch("mma_weights_a", x, qw, params))
-    lx = cuda.launcher("mma_weights_a", 8, k, n, GS, mx.bfloat16, params)
-    built = _per_call_us(lambda: lx.kernel(
-        inputs=[x, qw.wq, qw.scales, qw.biases], template=lx.template, grid=lx.grid,
-        threadgroup=lx.threads, output_shapes=lx.shapes, output_dtypes=lx.dtypes)[0])
-    print(f"host us per launch: stock {stock:.2f}, launch {custom:.2f}, kernel called per "
-          f"launch {built:.2f}")
-    return stock, custom, built
-
-
-@pytest.mark.skipif(not HAS_CUDA, reason="needs MLX's CUDA backend (an NVIDIA GPU)")
-def test_real_cuda_launch_costs_less_host_time_than_building_the_kernel_call():
-    _, custom, built = _h200_case()
-    assert custom < built
-
-
-@pytest.mark.skipif(not HAS_CUDA, reason="needs MLX's CUDA backend (an NVIDIA GPU)")
-@pytest.mark.xfail(strict=True, reason=(
-    "issue 14's goal, not met: the replay is an mx.compile call, which itself costs 0.6-2.4 us "
-    "more than a plain stock call on the H200 (stock 2.33 vs launch 5.20 us in this test, run 3;"
-    " docs/KERNELS.md)"))
-def test_real_cuda_launch_host_cost_within_2us_of_stock():
-    """Issue 14: the custom path's per-launch Python cost within 2 us of stock's."""
-    stock, custom, _ = _h200_case()
-    assert custom - stock < 2.0, (stock, custom)

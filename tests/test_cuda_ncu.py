@@ -1,5 +1,5 @@
 """ncu's kernel times in the H200 bench (issue 14): the CSV read back, merged into the bench's
-rows, and the M=8 tiles chosen from each launch ALONE. Pure Python on committed ncu output: no
+rows, and the tiles chosen from each launch ALONE, per M. Pure Python on committed ncu output: no
 GPU, no ncu."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def test_the_m8_tile_is_the_fastest_alone_and_exact():
             e.pop("candidate", None)
     # the first cold sweep (2026-12-03 18:32 UTC) ran and checked the gate_up bf16 tiles
     cold = json.loads((H200 / "previous_cuda_verify_cold_sweep.json").read_text())
-    new, rec = regen.choose_m8(table, _launches(), cold, DEFAULTS, "ncu_cold.csv")
+    new, rec = regen.choose_tiles(table, _launches(), cold, DEFAULTS, "ncu_cold.csv")
     c = rec["choices"]["gate_up/bfloat16/8"]
     assert c["chosen"] == {"n_tile": 32, "k_groups": 4, "unroll": 2, "prefetch": 0}
     assert c["us"] == pytest.approx(27.648) and c["previous_us"] == pytest.approx(50.56)
@@ -101,6 +101,36 @@ def test_the_m8_tile_is_the_fastest_alone_and_exact():
                      "ok": False}], [{**DEFAULTS, "n_tile": 32, "k_groups": 4, "unroll": 2,
                                       "prefetch": 0, "skipped": "time budget"}], []):
         bad = {"shapes": {"gate_up/bfloat16": {"points": points}}}
-        new, rec = regen.choose_m8(table, _launches(), bad, DEFAULTS, "ncu_cold.csv")
+        new, rec = regen.choose_tiles(table, _launches(), bad, DEFAULTS, "ncu_cold.csv")
         assert "skipped" in rec["choices"]["gate_up/bfloat16/8"]
         assert new["entries"] == table["entries"]
+
+
+def _gate_up_bf16(table: dict, m: int) -> dict:
+    return next(e for e in table["entries"] if e["devices"] == ["sm_90"] and
+                e["shapes"] == ["gate_up"] and e["M"] == m and e["dtypes"] == ["bfloat16"])
+
+
+def test_an_m16_tile_is_chosen_only_from_tiles_checked_at_m16():
+    """Each M's entry gets the tile fastest alone at that M; a sweep that checked the tiles at
+    M=8 does not qualify them at M=16 (a tile's correctness and tiling depend on M)."""
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    m16 = {**_gate_up_bf16(table, 8), "M": 16, "variant": "stock", "params": {},
+           "candidate": {"variant": "mma_weights_a",
+                         "params": {"n_tile": 32, "k_groups": 1, "unroll": 1, "prefetch": 1}}}
+    m16.pop("chosen", None)
+    table["entries"] = [e for e in table["entries"] if not (
+        e["devices"] == ["sm_90"] and e["shapes"] == ["gate_up"] and e["M"] == 16
+        and e["dtypes"] == ["bfloat16"])] + [m16]
+    at16 = [{**k, "label": k["label"].replace(" M=8 ", " M=16 ")} for k in _launches()]
+    cold8 = json.loads((H200 / "previous_cuda_verify_cold_sweep.json").read_text())
+    new, rec = regen.choose_tiles(table, at16, cold8, DEFAULTS, "ncu_cold.csv")
+    assert "skipped" in rec["choices"]["gate_up/bfloat16/16"]
+    assert new["entries"] == table["entries"]
+    cold16 = {"shapes": {f"{k}/16": {**e, "point_m": 16} for k, e in cold8["shapes"].items()}}
+    new, rec = regen.choose_tiles(table, at16, cold16, DEFAULTS, "ncu_cold.csv")
+    c = rec["choices"]["gate_up/bfloat16/16"]
+    assert c["chosen"] == {"n_tile": 32, "k_groups": 4, "unroll": 2, "prefetch": 0}
+    e16 = _gate_up_bf16(new, 16)
+    assert e16["variant"] == "stock" and e16["candidate"]["params"] == c["chosen"]
+    assert _gate_up_bf16(new, 8) == _gate_up_bf16(table, 8)  # M=8 launches: none in the CSV
