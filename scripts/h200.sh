@@ -113,6 +113,34 @@
 #   run (carry .whl/p2):  bash scripts/h200.sh stage && bash scripts/h200.sh install &&
 #                         RECORD_GOLDENS=0 timeout 250 bash scripts/h200.sh suites
 #   here:  farm ingest bench/results/h200/h200_suites.jsonl --db H.db; farm show latest --db H.db
+# The current bench/results/h200/ files (2026-12-04; device time ~1330 s in all, three machines'
+# starts included; a machine is given back after 30 s idle, so every call follows the last at
+# once and anything a later call needs travels in the tree):
+#   run (carry .whl/p1):  bash scripts/h200.sh stage
+#   run (carry .whl/p2):  bash scripts/h200.sh stage && bash scripts/h200.sh install &&
+#                         BENCH_TIMEOUT=230 bash scripts/h200.sh coldsweep --no-ring --point-m 16 \
+#                           --ms 16 --chain --budget-s 170;
+#                         NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16 NCU_TIMEOUT=150 \
+#                           bash scripts/h200.sh ncucold --points --ms 16 --reps 2;
+#                         bash scripts/h200.sh choose; bash scripts/h200.sh hostcost
+#   -> down's M=16 sweep, ncu and choice (*_m16_down.*), host_cost_first_machine.json; that
+#      sweep's budget ran out before any gate/up tile (since fixed: the budget now starts after
+#      the copies are made). Its chosen_table.json went back in the tree for the next machine:
+#   run (carry .whl/p1), then (carry .whl/p2): stage, install, cp that chosen_table.json to
+#      /tmp/h200res/, BENCH_TIMEOUT=250 coldsweep --no-ring --point-m 16 --ms 16 --chain \
+#      --shapes gate_up --budget-s 180; ncucold as above with --shapes gate_up; then
+#      python3 scripts/regen_sm90_table.py --choose-from-ncu $OUT/ncu_cold.csv --cold-sweep \
+#        /tmp/h200res/cuda_verify_cold_sweep.json --table /tmp/h200res/chosen_table.json \
+#        --out /tmp/h200res/chosen_table.json; bash scripts/h200.sh hostcost
+#   run (at once, warm):  BENCH_TIMEOUT=540 bash scripts/h200.sh bench --table-rows --ncu \
+#                           --ncu-timeout 110; bash scripts/h200.sh regen
+#   run (at once, warm):  bash scripts/h200.sh suites   (goldens recorded: candidate_*)
+#   here: cuda_verify.*, ncu CSVs, the sweeps, choices and logs into bench/results/h200/;
+#         python3 scripts/regen_sm90_table.py --results bench/results/h200/cuda_verify.json
+#           --table CHOSEN (file names in its notes made repo paths) --out kernels/selection_table.json
+#         python -m suites.expected_selections --write; suites/fingerprints.json from the run
+#   run (carry .whl/p1), then (carry .whl/p2): stage, install, RECORD_GOLDENS=0 suites on a fresh
+#      machine with the committed table and goldens: h200_suites.jsonl, suites.log (140 passed)
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"
