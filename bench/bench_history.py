@@ -485,25 +485,18 @@ def profile_ingest(h, first_run: int, n_runs: int, batch: int) -> str:
 
 def _raw_insert(con: sqlite3.Connection, job_id: int, evs: list[dict]) -> int:
     """What `ingest_events` writes, by plain sqlite3: the same row tuples
-    (`db.events.batch_rows`, built inside the timer as the library builds them), one
-    executemany per table, children's result_id as the first id plus the batch index, one
-    transaction with the heartbeat."""
-    from db.events import CHILD_COLUMNS, RESULT_COLUMNS, batch_rows
+    (`db.events.batch_rows`, built inside the timer as the library builds them: each result's
+    details as JSON on its row, schema 0006), one executemany, one transaction with the
+    heartbeat."""
+    from db.events import RESULT_COLUMNS, batch_rows
 
     rows = batch_rows(job_id, evs)
     con.execute("BEGIN IMMEDIATE")
     con.execute("UPDATE runs SET heartbeat = ? WHERE id = (SELECT run_id FROM jobs WHERE id = ?)",
                 (time.time(), job_id))
-    first = (con.execute("SELECT max(id) FROM results").fetchone()[0] or 0) + 1
     names = ", ".join(f'"{c}"' for c in RESULT_COLUMNS)
-    con.executemany(f"INSERT INTO results (id, {names}) VALUES "
-                    f"({', '.join('?' * (len(RESULT_COLUMNS) + 1))})",
-                    [(i, *r) for i, r in enumerate(rows.results, first)])
-    for table, cols in CHILD_COLUMNS.items():
-        if kids := getattr(rows, table):
-            names = ", ".join(f'"{c}"' for c in cols)
-            con.executemany(f"INSERT INTO {table} (result_id, {names}) VALUES "
-                            f"(? + {first}, {', '.join('?' * len(cols))})", kids)
+    con.executemany(f"INSERT INTO results ({names}) VALUES "
+                    f"({', '.join('?' * len(RESULT_COLUMNS))})", rows.results)
     con.execute("COMMIT")
     return len(rows.results)
 

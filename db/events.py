@@ -9,6 +9,10 @@ stored as given when it is one of the known names and as ``NULL`` (unknown) othe
 written before the field existed carry none. A *file* naming an implementation this farm does
 not know is refused before it is recorded (`unknown_impl`, called by `db.ingest`): a name the
 regression analysis cannot compare is better reported than silently recorded as unknown.
+
+A result's measurements, selections and fingerprints become JSON columns of its row
+(`db.details`), built here from the values as read: a non-finite number is already ``None``
+(JSON ``null``), a string already `clean_text`-ed, an integer one the database can hold.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from db.details import COLUMNS as DETAIL_COLUMNS
+from db.details import LAYOUTS, encode
 from kernels.recorder import IMPLEMENTATIONS, ROLE_UNDER_TEST, ROLES
 
 CATEGORIES = (
@@ -34,6 +40,7 @@ FAILING_OUTCOMES = ("failed", "error", "crashed", "timeout")
 
 _IMPLS, _ROLES = frozenset(IMPLEMENTATIONS), frozenset(ROLES)
 _isfinite = math.isfinite
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
 
 DEVICE_FIELDS = ("arch", "generation", "size", "chip", "host", "os", "mlx_version", "emulated")
 
@@ -73,22 +80,29 @@ def _float(v: Any) -> float | None:
         return v if _isfinite(v) else None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
-    f = float(v)
+    try:
+        f = float(v)
+    except OverflowError:  # an int beyond a double's range
+        return None
     return f if _isfinite(f) else None
 
 
 def _int(v: Any) -> int | None:
+    """An integer the database (and JSON readers) can hold: 64-bit signed, else None."""
     if v.__class__ is int:
-        return v
+        return v if _I64_MIN <= v <= _I64_MAX else None
     if isinstance(v, bool):
         return None
-    if isinstance(v, int):
-        return v
-    if isinstance(v, float) and v.is_integer():
-        return int(v)
-    if isinstance(v, str) and v.strip().lstrip("-").isdigit():
-        return int(v)
-    return None
+    if isinstance(v, int) or isinstance(v, float) and v.is_integer():
+        i = int(v)
+    elif isinstance(v, str):
+        try:  # not isdigit(): it takes "²", and "--5", which int() refuses
+            i = int(v)
+        except ValueError:
+            return None
+    else:
+        return None
+    return i if _I64_MIN <= i <= _I64_MAX else None
 
 
 def _dicts(v: Any) -> list[dict]:
@@ -162,45 +176,37 @@ def category_of(outcome: str, expectation: dict) -> str:
     return "unexpected_fail" if failed else "expected_pass"
 
 
-# Column order of the row tuples `batch_rows` builds (results.id and each child's result_id are
-# added when the batch is written: `db.history`).
+# Column order of the row tuples `batch_rows` builds (``results.id`` is the database's). The
+# last three hold the result's measurements, selections and fingerprints as JSON
+# (`db.details`: one array per detail, its fields in `CHILD_COLUMNS` order).
+CHILD_COLUMNS = LAYOUTS
 RESULT_COLUMNS = ("job_id", "nodeid", "test_id", "params", "outcome", "category", "expected",
-                  "link", "reason", "duration", "message", "output", "time", "node", "host")
-CHILD_COLUMNS = {
-    "measurements": ("name", "value", "unit", "bound"),
-    "selections": ("op", "dtype", "M", "K", "N", "variant", "reason", "impl", "role"),
-    "fingerprints": ("key", "digest"),
-}
+                  "link", "reason", "duration", "message", "output", "time", "node", "host",
+                  *DETAIL_COLUMNS.values())
 
 
 @dataclass
 class BatchRows:
-    """A batch of result events as row tuples, in `RESULT_COLUMNS` / `CHILD_COLUMNS` order.
-    Each child tuple starts with the index of its result in ``results`` (its ``result_id`` is
-    known only when the batch is written). Tuples, not dicts: they go to the driver's
-    executemany as they are."""
+    """A batch of result events as row tuples in `RESULT_COLUMNS` order. Tuples, not dicts:
+    they go to the driver's executemany as they are."""
 
     results: list[tuple] = field(default_factory=list)
-    measurements: list[tuple] = field(default_factory=list)
-    selections: list[tuple] = field(default_factory=list)
-    fingerprints: list[tuple] = field(default_factory=list)
 
 
 def batch_rows(job_id: int, events: Iterable[Any], into: BatchRows | None = None) -> BatchRows:
     """The rows of every ``result`` event in ``events`` (other types, non-objects and results
     without a node id are skipped), read as tolerantly as the module docstring says.
 
-    With ``into``, they are appended to it (children's indices stay batch-wide), so several
-    jobs' batches go to the database as one."""
+    With ``into``, they are appended to it, so several jobs' batches go to the database as
+    one."""
     out = BatchRows() if into is None else into
-    results, meas, sels, fps = out.results, out.measurements, out.selections, out.fingerprints
+    results = out.results
     for ev in events:
         if not isinstance(ev, dict) or ev.get("type") != "result":
             continue
         nodeid = _str(ev.get("nodeid"))
         if not nodeid:
             continue
-        k = len(results)
         outcome = _str(ev.get("outcome"), "error")
         exp = ev.get("expectation")
         if not isinstance(exp, dict):
@@ -209,6 +215,33 @@ def batch_rows(job_id: int, events: Iterable[Any], into: BatchRows | None = None
         params = _str(ev.get("params"))
         if params is None:
             params = nodeid[len(test_id) + 1 : -1] if nodeid.startswith(test_id + "[") else ""
+        meas = sels = fps = None
+        xs = ev.get("measurements")
+        if isinstance(xs, list) and xs:
+            meas = encode([(name, _float(x.get("value")), _str(x.get("unit")),
+                            _float(x.get("bound")))
+                           for x in xs if isinstance(x, dict) and (name := _str(x.get("name")))])
+        xs = ev.get("selections")
+        if isinstance(xs, list) and xs:
+            kept = []
+            for s in xs:
+                if not isinstance(s, dict):
+                    continue
+                shape = (_int(s.get("M")), _int(s.get("K")), _int(s.get("N")))
+                op, variant = _str(s.get("op")), _str(s.get("variant"))
+                if op and variant and None not in shape:
+                    kept.append((op, _str(s.get("dtype"), ""), *shape, variant,
+                                 _str(s.get("reason")), impl_of(s), role_of(s)))
+            sels = encode(kept)
+        xs = ev.get("fingerprints")
+        if isinstance(xs, list) and xs:
+            kept = []
+            for f in xs:
+                if isinstance(f, dict):
+                    key, digest = _str(f.get("key")), _str(f.get("digest"))
+                    if key and digest:
+                        kept.append((key, digest))
+            fps = encode(kept)
         results.append((
             job_id, nodeid, test_id, params, outcome, category_of(outcome, exp),
             _str(exp.get("expected")), _str(exp.get("link")), _str(exp.get("reason")),
@@ -216,28 +249,6 @@ def batch_rows(job_id: int, events: Iterable[Any], into: BatchRows | None = None
             _float(ev.get("time")),
             # the node that ran it and its host, added by the farm's driver (RESULTS_FORMAT.md)
             _str(ev.get("farm_node")), _str(ev.get("farm_host")),
+            meas, sels, fps,
         ))
-        xs = ev.get("measurements")
-        if isinstance(xs, list):
-            for m in xs:
-                if isinstance(m, dict) and (name := _str(m.get("name"))):
-                    meas.append((k, name, _float(m.get("value")), _str(m.get("unit")),
-                                 _float(m.get("bound"))))
-        xs = ev.get("selections")
-        if isinstance(xs, list):
-            for s in xs:
-                if not isinstance(s, dict):
-                    continue
-                shape = (_int(s.get("M")), _int(s.get("K")), _int(s.get("N")))
-                op, variant = _str(s.get("op")), _str(s.get("variant"))
-                if op and variant and None not in shape:
-                    sels.append((k, op, _str(s.get("dtype"), ""), *shape, variant,
-                                 _str(s.get("reason")), impl_of(s), role_of(s)))
-        xs = ev.get("fingerprints")
-        if isinstance(xs, list):
-            for f in xs:
-                if isinstance(f, dict):
-                    key, digest = _str(f.get("key")), _str(f.get("digest"))
-                    if key and digest:
-                        fps.append((k, key, digest))
     return out

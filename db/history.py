@@ -16,14 +16,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Self
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import bindparam, func, insert, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, SQLAlchemyError
 
 from db import models as m
 from db.engine import make_engine
 from db.errors import EXIT_INFRA, EXIT_USAGE, FarmError
-from db.events import CHILD_COLUMNS, RESULT_COLUMNS, BatchRows, batch_rows, device_row
+from db.events import RESULT_COLUMNS, BatchRows, batch_rows, device_row
 from db.location import Location, resolve
 from db.migrate import upgrade
 
@@ -35,6 +35,25 @@ DRIVER_LEASE_S = 60.0
 READ_CHECK_S = 0.2  # how long a read command spends looking for damage before answering
 RUN_STATUSES = ("running", "passed", "failed", "incomplete", "aborted")
 JOB_STATUSES = ("running", "passed", "failed", "lost", "crashed", "timeout", "error")
+
+
+# The per-job statements, built once: a run writes a few of them per device, and building and
+# caching a Core statement on each call cost more than executing it (70 against 130 us).
+_J, _R = m.jobs.c, m.runs.c
+_START_RUN = insert(m.runs)
+_ADD_JOB = (insert(m.jobs).returning(_J.id)
+            .values(run_id=bindparam("run_id"), device_id=bindparam("device_id"),
+                    node_id=bindparam("node_id"), attempts=1, status="running", error=None,
+                    started=bindparam("started"), finished=None))
+_FINISH_JOB = (update(m.jobs).where(_J.id == bindparam("job"))
+               .values(status=bindparam("status"), error=bindparam("error"),
+                       attempts=bindparam("attempts"), finished=bindparam("now")))
+_BEAT_JOB = (update(m.runs)
+             .where(_R.id == select(_J.run_id).where(_J.id == bindparam("job")).scalar_subquery())
+             .values(heartbeat=bindparam("now")))
+_FINISH_RUN = (update(m.runs).where(_R.id == bindparam("run"))
+               .values(status=bindparam("status"), finished=bindparam("now"),
+                       heartbeat=bindparam("now")))
 
 
 def new_run_id(now: float) -> str:
@@ -51,6 +70,9 @@ class History:
         self.writable = writable
         self._query_engine: Engine | None = None
         self.swept: list[str] = []  # orphaned runs this open marked aborted (`_sweep_orphans`)
+        # variant_key -> devices.id, of devices committed (a device row is never changed or
+        # removed): `add_job` then writes one row, not three statements, per job.
+        self._devices: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"History({self.location.describe()!r})"
@@ -86,7 +108,7 @@ class History:
         run_id = new_run_id(now)
         with self._tx() as c:
             c.execute(
-                insert(m.runs),
+                _START_RUN,
                 {
                     "id": run_id,
                     "suite": suite or "",
@@ -112,11 +134,9 @@ class History:
         _check(status, RUN_STATUSES, "run status")
         now = time.time()
         with self._tx() as c:
-            self._require_run(c, run_id)
-            c.execute(
-                update(m.runs).where(m.runs.c.id == run_id)
-                .values(status=status, finished=now, heartbeat=now)
-            )
+            done = c.execute(_FINISH_RUN, {"run": run_id, "status": status, "now": now})
+            if done.rowcount == 0:
+                raise FarmError(f"unknown run {run_id!r}: see `farm runs`", EXIT_USAGE)
 
     # -- jobs -----------------------------------------------------------------------------------
 
@@ -129,14 +149,18 @@ class History:
         node_id: str | None = None,
     ) -> int:
         row = device_row(device, host, os)
-        with self._tx() as c:
-            self._require_run(c, run_id)
-            device_id = self._device_id(c, row)
-            return c.execute(
-                insert(m.jobs).returning(m.jobs.c.id),
-                {"run_id": run_id, "device_id": device_id, "node_id": node_id, "attempts": 1,
-                 "status": "running", "error": None, "started": time.time(), "finished": None},
-            ).scalar_one()
+        key = row["variant_key"]
+        job = {"run_id": run_id, "device_id": self._devices.get(key), "node_id": node_id,
+               "started": time.time()}
+        try:
+            with self._tx() as c:
+                if job["device_id"] is None:
+                    job["device_id"] = self._device_id(c, row)
+                job_id = c.execute(_ADD_JOB, job).scalar_one()
+        except IntegrityError:  # the run's foreign key: no such run (the device exists)
+            raise FarmError(f"unknown run {run_id!r}: see `farm runs`", EXIT_USAGE) from None
+        self._devices[key] = job["device_id"]  # committed: a device row is never removed
+        return job_id
 
     def _device_id(self, c: Connection, row: dict) -> int:
         q = select(m.devices.c.id).where(m.devices.c.variant_key == row["variant_key"])
@@ -158,9 +182,7 @@ class History:
         rows = batch_rows(job_id, events)
         with self._tx() as c:
             # The heartbeat first: one statement both moves it and finds the job's run.
-            run_of_job = select(m.jobs.c.run_id).where(m.jobs.c.id == job_id).scalar_subquery()
-            beat = c.execute(update(m.runs).where(m.runs.c.id == run_of_job)
-                             .values(heartbeat=time.time()))
+            beat = c.execute(_BEAT_JOB, {"job": job_id, "now": time.time()})
             if beat.rowcount != 1:
                 raise FarmError(f"unknown job {job_id}: add it with add_job first", EXIT_USAGE)
             if rows.results:
@@ -194,10 +216,8 @@ class History:
     ) -> None:
         _check(status, JOB_STATUSES, "job status")
         with self._tx() as c:
-            done = c.execute(
-                update(m.jobs).where(m.jobs.c.id == job_id)
-                .values(status=status, error=error, attempts=attempts, finished=time.time())
-            )
+            done = c.execute(_FINISH_JOB, {"job": job_id, "status": status, "error": error,
+                                           "attempts": attempts, "now": time.time()})
             if done.rowcount == 0:
                 raise FarmError(f"unknown job {job_id}", EXIT_USAGE)
 
@@ -309,51 +329,36 @@ def _sweep_orphans(loc: Location, read_engine: Engine, write_engine: Engine) -> 
 
 
 def _insert_results(c: Connection, rows: BatchRows) -> None:
-    """One executemany per table of the tuples `batch_rows` built, straight to the driver.
-
-    SQLite gives SQLAlchemy no sentinel to order a batched INSERT .. RETURNING by, so
-    `sort_by_parameter_order` would send one INSERT per result: there, the write transaction
-    began IMMEDIATE and holds the only writer lock, so the ids after the current maximum are
-    ours to assign, and a child's ``result_id`` is the first of them plus its result's index in
-    the batch, added by SQLite. Elsewhere the ids come back from INSERT .. RETURNING.
-    """
-    if c.dialect.name == "sqlite":
-        first = (c.execute(select(func.max(m.results.c.id))).scalar() or 0) + 1
-        c.exec_driver_sql(_sqlite_insert("results", ("id", *RESULT_COLUMNS)),
-                          [(i, *r) for i, r in enumerate(rows.results, first)])
-        for table, cols in CHILD_COLUMNS.items():
-            if kids := getattr(rows, table):
-                c.exec_driver_sql(_sqlite_insert(table, ("result_id", *cols), first), kids)
-        return
-    ids = c.execute(
-        insert(m.results).returning(m.results.c.id, sort_by_parameter_order=True),
-        [dict(zip(RESULT_COLUMNS, r, strict=True)) for r in rows.results],
-    ).scalars().all()
-    for table, cols in CHILD_COLUMNS.items():
-        if kids := getattr(rows, table):
-            _executemany(c, getattr(m, table), ("result_id", *cols),
-                         [(ids[k[0]], *k[1:]) for k in kids])
-
-
-def _sqlite_insert(table: str, columns: tuple[str, ...], offset: int | None = None) -> str:
-    """An INSERT of tuples in ``columns`` order; with ``offset``, the first column's value is
-    the first parameter plus ``offset`` (a result's index in its batch becomes its id)."""
-    marks = ["?"] * len(columns)
-    if offset is not None:
-        marks[0] = f"? + {int(offset)}"
-    names = ", ".join(f'"{k}"' for k in columns)  # quoted: "M", "K", "N"; "key"
-    return f"INSERT INTO {table} ({names}) VALUES ({', '.join(marks)})"
+    """The batch's row tuples in one executemany, straight to the driver: one row per result,
+    its details already JSON on it (`db.details`), so no ids are needed back and SQLite and
+    PostgreSQL take the same statement (only the driver's parameter marker differs)."""
+    _executemany(c, m.results, RESULT_COLUMNS, rows.results)
 
 
 def _executemany(c: Connection, table, columns: tuple[str, ...], rows: list[tuple]) -> None:
     """Tuples in ``columns`` order into ``table``: through the driver's executemany when it
-    takes positional ``%s`` (psycopg), else through a Core bulk insert of dicts."""
-    if c.dialect.paramstyle in ("format", "pyformat"):
-        q = c.dialect.identifier_preparer.quote
-        c.exec_driver_sql(f"INSERT INTO {q(table.name)} ({', '.join(q(k) for k in columns)}) "
-                          f"VALUES ({', '.join(['%s'] * len(columns))})", rows)
+    takes positional parameters (sqlite3's ``?``, psycopg's ``%s``), else through a Core bulk
+    insert of dicts."""
+    d = c.dialect
+    if d.paramstyle in _MARKS:
+        c.exec_driver_sql(_insert_sql(d, table.name, columns), rows)
     else:
         c.execute(insert(table), [dict(zip(columns, r, strict=True)) for r in rows])
+
+
+_MARKS = {"qmark": "?", "format": "%s", "pyformat": "%s"}
+_INSERTS: dict[tuple[str, str, str, tuple[str, ...]], str] = {}
+
+
+def _insert_sql(dialect, table: str, columns: tuple[str, ...]) -> str:
+    """``INSERT INTO table (columns) VALUES (markers)``, quoted as the dialect needs; cached by
+    (dialect, marker, table, columns)."""
+    key = (dialect.name, dialect.paramstyle, table, columns)
+    if (sql := _INSERTS.get(key)) is None:
+        q, mark = dialect.identifier_preparer.quote, _MARKS[dialect.paramstyle]
+        sql = _INSERTS[key] = (f"INSERT INTO {q(table)} ({', '.join(q(k) for k in columns)}) "
+                               f"VALUES ({', '.join([mark] * len(columns))})")
+    return sql
 
 
 def _check(value: str, allowed: tuple[str, ...], what: str) -> None:

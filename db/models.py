@@ -8,10 +8,12 @@ path is ten times slower (docs FACTS.md); and Core tables, not declarative class
 query takes. Times are epoch seconds (floats): portable across SQLite and PostgreSQL and what
 the JSONL stream already carries.
 
-Indexes serve the commands' questions, and every one is paid for on each result written (ten
-thousands a second while a fleet reports): on the large tables they lead with the parent's id
-(``results`` by job, children by result), so a batch's index entries land together at the end
-of each index instead of on a page per test name (migration 0005).
+Indexes serve the commands' questions, and every one is paid for on each result written (tens
+of thousands a second while a fleet reports): ``results`` has one besides its key, led by the
+job, so a batch's entries land together at the end of the index instead of on a page per test
+name (migration 0005), and serving both a node id and a test's parameters as a range of node ids
+(migration 0006). A result's measurements, selections and fingerprints are JSON columns of its
+row, not child tables (`db.details` says why); views of the old tables' names read them.
 """
 
 from __future__ import annotations
@@ -130,50 +132,56 @@ results = Table(
     # carried it, or ingested from a file without `farm_node`/`farm_host`).
     Column("node", String(200)),
     Column("host", String(200)),
-    # A job's results (its prefix), and one test or node id within a job: `farm history` walks
-    # runs newest first and looks each job up; `farm regressions` finds node ids per job.
+    # A result's measurements, selections and fingerprints: JSON arrays of arrays in
+    # `db.details.LAYOUTS` order, NULL when it has none (migration 0006; the views below).
+    Column("measurements_json", Text),
+    Column("selections_json", Text),
+    Column("fingerprints_json", Text),
+    # A job's results (its prefix), and one node id within a job: `farm history` walks runs
+    # newest first and looks each job up, by node id or by the range of node ids a test's
+    # parameters make (``T[...``); `farm regressions` finds node ids per job.
     Index("ix_results_job_id_nodeid", "job_id", "nodeid"),
-    Index("ix_results_job_id_test_id", "job_id", "test_id"),
 )
 
-measurements = Table(
-    "measurements", metadata,
-    _id(),
-    _parent("result_id", "results"),
-    Column("name", String(200), nullable=False),
+# Views over the details (migration 0006 creates them; not in ``metadata``, which describes
+# tables): the old child tables' names and columns, plus ``pos``, a detail's place in its
+# result. For user SQL (`farm query`) and any reader written against the old tables; the
+# farm's own readers decode the JSON columns directly (`db.details`), which is faster.
+views = MetaData()
+
+
+def _view(name: str, *columns: Column) -> Table:
+    return Table(name, views, Column("result_id", Integer), Column("pos", Integer), *columns)
+
+
+measurements = _view(
+    "measurements",
+    Column("name", String(200)),
     Column("value", Float),  # None: non-finite
     Column("unit", String(64)),
     Column("bound", Float),
-    Index("ix_measurements_result_id", "result_id"),
 )
 
 # A kernel dispatch a test observed: which variant served (op, dtype, M, K, N), and which
-# implementation of it executed (``impl``, `kernels.recorder.IMPLEMENTATIONS`).
-selections = Table(
-    "selections", metadata,
-    _id(),
-    _parent("result_id", "results"),
-    Column("op", String(64), nullable=False),
-    Column("dtype", String(32), nullable=False),
-    Column("M", Integer, nullable=False),
-    Column("K", Integer, nullable=False),
-    Column("N", Integer, nullable=False),
-    Column("variant", String(64), nullable=False),
+# implementation of it executed (``impl``, `kernels.recorder.IMPLEMENTATIONS`; NULL: unknown);
+# ``role``: under_test | reference (`kernels.recorder.ROLES`), NULL (older rows) = under_test.
+selections = _view(
+    "selections",
+    Column("op", String(64)),
+    Column("dtype", String(32)),
+    Column("M", Integer),
+    Column("K", Integer),
+    Column("N", Integer),
+    Column("variant", String(64)),
     Column("reason", String(200)),
-    # NULL: unknown (recorded before results carried it, or not reported by the dispatcher).
     Column("impl", String(32)),
-    # under_test | reference (`kernels.recorder.ROLES`); NULL (older rows) reads as under_test.
     Column("role", String(16)),
-    Index("ix_selections_result_id", "result_id"),
 )
 
-fingerprints = Table(
-    "fingerprints", metadata,
-    _id(),
-    _parent("result_id", "results"),
-    Column("key", String(400), nullable=False),
-    Column("digest", String(128), nullable=False),
-    Index("ix_fingerprints_result_id", "result_id"),
+fingerprints = _view(
+    "fingerprints",
+    Column("key", String(400)),
+    Column("digest", String(128)),
 )
 
 # The run a suite's results on a device variant are judged against (`farm baseline set`): per

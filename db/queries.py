@@ -14,12 +14,14 @@ from sqlalchemy import func, select, union
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from db import models as m
+from db.details import COLUMNS as DETAIL_COLUMNS
+from db.details import LAYOUTS, decode, decode_rows
 from db.errors import EXIT_USAGE, FarmError
 from db.events import CATEGORIES
 from db.history import History
 
 DeviceFilter = Callable[[dict], bool]
-SELECTION_COLUMNS = ("op", "dtype", "M", "K", "N", "variant", "reason", "impl", "role")
+SELECTION_COLUMNS = LAYOUTS["selections"]
 DEVICE_COLUMNS = ("id", "variant_key", "lineage_key", "arch", "generation", "size", "chip",
                   "backend", "host", "os", "mlx_version", "emulated")
 
@@ -159,22 +161,24 @@ def show_run(h: History, run_id: str) -> dict:
 
 def _job_selections(c, jobs: list[dict]) -> list[dict]:
     """Each job's distinct selections, with how many results made each, in job then shape
-    order. ``impl`` is null where it is unknown (recorded before results carried it)."""
+    order. ``impl`` is null where it is unknown (recorded before results carried it). Read from
+    the results' JSON (`db.details`) and counted here: one indexed read of the jobs' rows."""
     if not jobs:
         return []
-    s, r = m.selections.c, m.results.c
-    cols = [s[k] for k in SELECTION_COLUMNS]
-    q = (select(r.job_id, *cols, func.count(func.distinct(s.result_id)))
-         .join(m.results, r.id == s.result_id)
-         .where(r.job_id.in_([j["id"] for j in jobs]))
-         .group_by(r.job_id, *cols))
+    r = m.results.c
+    tests: dict[tuple, int] = defaultdict(int)
+    q = (select(r.job_id, r.selections_json)
+         .where(r.job_id.in_([j["id"] for j in jobs]), r.selections_json.is_not(None)))
+    for job_id, text in c.execute(q):
+        for sel in {tuple(x) for x in decode_rows("selections", text)}:
+            tests[(job_id, *sel)] += 1
     labels = {j["id"]: j["device"]["label"] for j in jobs}
-    out = [{"job_id": row[0], "device": labels[row[0]],
-            **dict(zip(SELECTION_COLUMNS, row[1:-1], strict=True)), "tests": row[-1]}
-           for row in c.execute(q)]
+    out = [{"job_id": k[0], "device": labels[k[0]],
+            **dict(zip(SELECTION_COLUMNS, k[1:], strict=True)), "tests": n}
+           for k, n in tests.items()]
     order = {j["id"]: i for i, j in enumerate(jobs)}
     out.sort(key=lambda d: (order[d["job_id"]], d["op"], d["dtype"], d["M"], d["K"], d["N"],
-                            d["variant"], d["impl"] or "", d["reason"] or ""))
+                            d["variant"], d["impl"] or "", d["reason"] or "", d["role"] or ""))
     return out
 
 
@@ -184,24 +188,21 @@ DETAILS = ("measurements", "selections", "fingerprints")
 def result_details(h: History, result_ids: list[int], kinds: tuple[str, ...] = DETAILS
                    ) -> dict[int, dict[str, list[dict]]]:
     """Measurements, selections and fingerprints (those of ``kinds``) of the given results, by
-    result id."""
+    result id, each in the order the test made them (from the results' JSON, `db.details`)."""
     out: dict[int, dict[str, list[dict]]] = defaultdict(
         lambda: {"measurements": [], "selections": [], "fingerprints": []})
     if not result_ids:
         return out
+    wanted = [k for k in DETAILS if k in kinds]
+    r = m.results.c
+    cols = [r[DETAIL_COLUMNS[k]] for k in wanted]
     with h.engine.connect() as c:
-        for name, table, cols in (
-            ("measurements", m.measurements, ("name", "value", "unit", "bound")),
-            ("selections", m.selections, SELECTION_COLUMNS),
-            ("fingerprints", m.fingerprints, ("key", "digest")),
-        ):
-            if name not in kinds:
-                continue
-            for chunk in _chunks(result_ids, 500):
-                q = (select(table.c.result_id, *(table.c[k] for k in cols))
-                     .where(table.c.result_id.in_(chunk)).order_by(table.c.id))
-                for row in c.execute(q):
-                    out[row[0]][name].append(dict(zip(cols, row[1:], strict=True)))
+        for chunk in _chunks(result_ids, 500):
+            for rid, *texts in c.execute(select(r.id, *cols).where(r.id.in_(chunk))):
+                d = out[rid]
+                for kind, text in zip(wanted, texts, strict=True):
+                    if text:
+                        d[kind] = decode(kind, text)
     return out
 
 
@@ -211,16 +212,18 @@ def _chunks(xs: list, n: int):
 
 
 def run_results(h: History, run_id: str) -> list[dict]:
-    """Every result of a run with its children, device and job (for export and analysis)."""
+    """Every result of a run with its children, device and job (for export and analysis): the
+    results' columns, the JSON columns decoded into ``measurements``, ``selections`` and
+    ``fingerprints`` (`db.details`) in the same read."""
     jobs = {j["id"]: j for j in run_jobs(h, run_id)}
     with h.engine.connect() as c:
         rows = c.execute(select(m.results).where(m.results.c.job_id.in_(list(jobs)))
                          .order_by(m.results.c.id)).mappings().all() if jobs else []
-    details = result_details(h, [r["id"] for r in rows])
     out = []
     for r in rows:
         d = dict(r)
-        d.update(details[r["id"]])
+        for kind, column in DETAIL_COLUMNS.items():
+            d[kind] = decode(kind, d.pop(column))
         d["device"] = jobs[r["job_id"]]["device"]
         out.append(d)
     return out
@@ -232,10 +235,10 @@ def test_history(h: History, test: str, *, device: DeviceFilter | None = None,
 
     The newest ``limit`` results of the test (by run start, then result id): runs are read
     newest first, in growing chunks that never split runs started at the same time, and each
-    chunk's results of the test are looked up by job (``ix_results_job_id_test_id``,
-    ``ix_results_job_id_nodeid``) until ``limit`` are found: the cost grows with the runs read,
-    not with the history. (Reading every result of the test and sorting them all took 160 ms at
-    a million results.)
+    chunk's results of the test are looked up by job in ``ix_results_job_id_nodeid`` -- the
+    node id ``test``, or the node ids of its parameters, ``test[...`` -- until ``limit`` are
+    found: the cost grows with the runs read, not with the history. (Reading every result of
+    the test and sorting them all took 160 ms at a million results.)
     """
     devs = devices(h)
     r, j, ru = m.results.c, m.jobs.c, m.runs.c
@@ -246,9 +249,11 @@ def test_history(h: History, test: str, *, device: DeviceFilter | None = None,
         q = q.where(j.device_id.in_([i for i, d in devs.items() if device(d)]))
 
     def of_runs(ids: list[str]):
-        # A UNION, not an OR: each side looks its column up in its own (job_id, ...) index.
+        # A UNION, not an OR: each side is its own lookup in (job_id, nodeid).
         mine = q.where(j.run_id.in_(ids))
-        return union(mine.where(r.test_id == test), mine.where(r.nodeid == test))
+        return union(mine.where(r.nodeid == test),
+                     mine.where(_params_of(r.nodeid, test, h.engine.dialect.name),
+                                r.test_id == test))
 
     limit = max(limit, 0)
     rows: list = []
@@ -280,6 +285,17 @@ def test_history(h: History, test: str, *, device: DeviceFilter | None = None,
         d["measurements"] = details[x["id"]]["measurements"]
         out.append(d)
     return out
+
+
+def _params_of(nodeid, test: str, dialect: str):
+    """``nodeid`` is one of ``test``'s parametrized node ids (``test[...]``). On SQLite, whose
+    text compares bytewise, as a range (``test[`` <= nodeid < ``test\\``, ``\\`` being the
+    byte after ``[``), which an index on (job_id, nodeid) serves; elsewhere a collation may not
+    sort by bytes, so a prefix LIKE (served by that index under a C collation, else read from
+    the job's index entries)."""
+    if dialect == "sqlite":
+        return (nodeid >= test + "[") & (nodeid < test + "\\")
+    return nodeid.startswith(test + "[", autoescape=True)
 
 
 def run_query(h: History, sql: str) -> tuple[list[str], list[list[Any]]]:

@@ -145,7 +145,7 @@ def _impls(h) -> list[tuple]:
     with h.engine.connect() as c:
         return [tuple(r) for r in c.execute(text(
             "SELECT s.op, s.variant, s.impl FROM selections s JOIN results r "
-            "ON r.id = s.result_id ORDER BY s.id"))]
+            "ON r.id = s.result_id ORDER BY s.result_id, s.pos"))]
 
 
 def test_ingest_jsonl_records_impl_and_reads_older_files_as_unknown(tmp_path):
@@ -359,4 +359,31 @@ def test_farm_db_records_what_the_suites_plugin_streams(pytester, monkeypatch):
                         "test_measured.py::test_broken": "unexpected_fail"}
     assert run == "failed"
     assert _impls(h) == [("gate_up", "scalar_kmajor", "metal-emulated")]
+    h.close()
+
+
+@pytest.mark.parametrize("kind", backends())
+def test_per_job_calls_refuse_an_unknown_run_and_leave_nothing(kind, tmp_path):
+    """add_job finds an unknown run by its foreign key (one INSERT, no look-up first) and
+    finish_run by the rows it updated: both one clear error, nothing written, and a device
+    cached by an earlier job changes neither."""
+    h = open_history(fresh_db(kind, tmp_path))
+    for _ in range(2):  # the device new, then cached by the History
+        with pytest.raises(FarmError, match="unknown run 'nope'"):
+            h.add_job("nope", device(host="x"), "h", "o", "n")
+    with h.engine.connect() as c:
+        assert c.execute(text("SELECT count(*) FROM devices")).scalar() == 0
+        assert c.execute(text("SELECT count(*) FROM jobs")).scalar() == 0
+    run = h.start_run("s", "g13s", {})
+    a = h.add_job(run, device(), "h", "o", "n")
+    with pytest.raises(FarmError, match="unknown run 'nope'"):
+        h.add_job("nope", device(), "h", "o", "n")
+    b = h.add_job(run, device(), "h", "o", "n")  # from the cache: the same device
+    with pytest.raises(FarmError, match="unknown run 'nope'"):
+        h.finish_run("nope", "passed")
+    h.finish_run(run, "passed")
+    with h.engine.connect() as c:
+        assert c.execute(text("SELECT count(DISTINCT device_id), count(*) FROM jobs WHERE id "
+                              "IN (:a, :b)"), {"a": a, "b": b}).one() == (1, 2)
+        assert c.execute(text("SELECT status FROM runs")).scalar() == "passed"
     h.close()

@@ -24,6 +24,7 @@ from collections import defaultdict
 from sqlalchemy import select
 
 from db import models as m
+from db.details import decode_rows
 from db.history import History
 from db.regressions.load import series_runs
 from db.regressions.model import Flag, Impls, JobData, ResultData, make_flag, same_impls
@@ -70,26 +71,25 @@ def _samples(h: History, device_id: int, runs: list[str], current: dict[str, Res
     out: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     if not runs or not current:
         return out
-    q = (select(m.results.c.id, m.results.c.nodeid, m.jobs.c.run_id, m.measurements.c.name,
-                m.measurements.c.value)
-         .join(m.results, m.results.c.id == m.measurements.c.result_id)
-         .join(m.jobs, m.jobs.c.id == m.results.c.job_id)
+    r = m.results.c
+    q = (select(r.nodeid, m.jobs.c.run_id, r.measurements_json, r.selections_json)
+         .join(m.jobs, m.jobs.c.id == r.job_id)
          .where(m.jobs.c.device_id == device_id, m.jobs.c.run_id.in_(runs),
-                m.results.c.nodeid.in_(sorted(current)), m.measurements.c.name.in_(names),
-                m.measurements.c.value.is_not(None)))
-    s = m.selections.c
+                r.nodeid.in_(sorted(current)), r.measurements_json.is_not(None)))
     with h.engine.connect() as c:
-        rows = list(c.execute(q))
-        impls: dict[int, Impls] = defaultdict(lambda: defaultdict(set))
-        ids = sorted({row.id for row in rows})
-        for i in range(0, len(ids), 500):
-            for rid, *key, impl in c.execute(
-                    select(s.result_id, s.op, s.dtype, s.M, s.K, s.N, s.variant, s.impl)
-                    .where(s.result_id.in_(ids[i:i + 500]), s.impl.is_not(None))):
-                impls[rid][tuple(key)].add(impl)
-    for row in rows:
-        if same_impls(current[row.nodeid].impls, impls[row.id]):
-            out[(row.nodeid, row.name)][row.run_id].append(row.value)
+        rows = c.execute(q).all()
+    for nodeid, run_id, meas, sels in rows:
+        values = [(x[0], x[1]) for x in decode_rows("measurements", meas)
+                  if x[0] in names and x[1] is not None]
+        if not values:
+            continue
+        impls: Impls = defaultdict(set)
+        for x in decode_rows("selections", sels):
+            if x[7] is not None:  # impl
+                impls[tuple(x[:6])].add(x[7])  # (op, dtype, M, K, N, variant)
+        if same_impls(current[nodeid].impls, impls):
+            for name, value in values:
+                out[(nodeid, name)][run_id].append(value)
     return out
 
 

@@ -27,6 +27,7 @@ import jinja2
 from sqlalchemy import select
 
 from db import models as m
+from db.details import decode_rows
 from db.events import CATEGORIES
 from db.history import History
 from db.queries import resolve_run, show_run
@@ -223,28 +224,30 @@ def _plot_key(sels: list[tuple]) -> PlotKey | None:
 
 def load_trends(h: History, run_ids: list[str], device_ids: list[int]) -> Trends:
     """Per plot subject (a ``PlotKey``, or a bench test's node id), per measure, per (device,
-    run): the values recorded. Reads only the plotted measures, through their index."""
-    q = (select(m.measurements.c.name, m.measurements.c.value, m.measurements.c.bound,
-                m.results.c.id, m.results.c.nodeid, m.jobs.c.run_id, m.jobs.c.device_id)
-         .join(m.results, m.results.c.id == m.measurements.c.result_id)
-         .join(m.jobs, m.jobs.c.id == m.results.c.job_id)
-         .where(m.jobs.c.run_id.in_(run_ids), m.jobs.c.device_id.in_(device_ids),
-                m.measurements.c.name.in_(PLOT_MEASURES))
-         .order_by(m.results.c.id, m.measurements.c.id))
+    run): the values recorded. Reads the jobs' results that have measurements, through the job
+    index, and keeps the plotted measures (each result's details are JSON, `db.details`)."""
+    r, j = m.results.c, m.jobs.c
+    q = (select(r.id, r.nodeid, j.run_id, j.device_id, r.measurements_json, r.selections_json)
+         .join(m.jobs, j.id == r.job_id)
+         .where(j.run_id.in_(run_ids), j.device_id.in_(device_ids),
+                r.measurements_json.is_not(None))
+         .order_by(r.id))
     with h.engine.connect() as c:
         rows = c.execute(q).all() if run_ids else []
-        ids = sorted({row.id for row in rows})
-        sels: dict[int, list[tuple]] = defaultdict(list)
-        for i in range(0, len(ids), 500):
-            s = m.selections.c
-            for row in c.execute(select(s.result_id, s.variant, s.dtype, s.M, s.K, s.N)
-                                 .where(s.result_id.in_(ids[i:i + 500])).order_by(s.id)):
-                sels[row[0]].append(tuple(row[1:]))
     per_result: dict[int, dict[str, tuple[float | None, float | None]]] = defaultdict(dict)
     where: dict[int, tuple[str, tuple[int, str]]] = {}
-    for row in rows:
-        per_result[row.id].setdefault(row.name, (row.value, row.bound))
-        where[row.id] = (row.nodeid, (row.device_id, row.run_id))
+    sels: dict[int, list[tuple]] = {}
+    for rid, nodeid, run_id, device_id, meas_json, sels_json in rows:
+        mine = {}
+        for name, value, _unit, bound in decode_rows("measurements", meas_json):
+            if name in PLOT_MEASURES:
+                mine.setdefault(name, (value, bound))
+        if not mine:
+            continue
+        per_result[rid] = mine
+        where[rid] = (nodeid, (device_id, run_id))
+        # (variant, dtype, M, K, N) of each selection, in the order the test made them
+        sels[rid] = [(x[5], x[1], x[2], x[3], x[4]) for x in decode_rows("selections", sels_json)]
     trends: Trends = defaultdict(lambda: defaultdict(lambda: defaultdict(Cell)))
     for rid, meas in per_result.items():
         nodeid, at = where[rid]
