@@ -37,7 +37,7 @@ from pathlib import Path
 from farm.errors import FarmError
 from farm.fleet.device_env import job_env
 from farm.fleet.shipping import job_tree
-from farm.runner.pytest_progress import ENV_COLLECTED, ENV_PARENT, ENV_STARTED
+from farm.runner.pytest_progress import ENV_COLLECTED, ENV_PARENT, ENV_QUICK_EXIT, ENV_STARTED
 from farm.runner.shard_queue import Client  # at import: Ray's working dir may be gone mid-job
 from farm.runner.shard_relay import Relay
 from farm.tempdirs import owned_tmpdir
@@ -213,6 +213,7 @@ def run_job(spec: dict, queue=None) -> Iterator[list[dict]]:
             env = job_env(spec["device"], workdir,
                           {**(spec.get("env") or {}), ENV_STARTED: str(started),
                            ENV_COLLECTED: str(collected), ENV_PARENT: str(os.getpid()),
+                           ENV_QUICK_EXIT: "1",
                            **(relay.env() if relay else {})})
             with open(log, "wb") as out:
                 proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdout=out,
@@ -261,7 +262,10 @@ def run_job(spec: dict, queue=None) -> Iterator[list[dict]]:
                 if rc is not None or ended:
                     break
                 if relay is None:
-                    time.sleep(POLL_S)
+                    try:  # wakes as soon as pytest exits, not at the next tick
+                        proc.wait(POLL_S)
+                    except subprocess.TimeoutExpired:
+                        pass
                     continue
                 try:  # answer the subprocess's pulls while waiting
                     missing = [t for t in relay.serve(POLL_S) if t not in done]
