@@ -108,3 +108,19 @@ def fresh_pg_database(url: str) -> str:
     admin.dispose()
     return base.update_query_dict({"options": f"-csearch_path={name}"}).render_as_string(
         hide_password=False)
+
+
+def seed_old_job(c, suite: str = "m8-parity") -> None:
+    """A run 'r-old', one device and its job, by plain SQL on connection ``c``: what a history
+    written by an older schema holds before its results (the migration tests). No explicit
+    ids: a PostgreSQL sequence would not know them and collide later."""
+    from sqlalchemy import text
+
+    c.execute(text("INSERT INTO runs (id, suite, selector, started, status, heartbeat) "
+                   "VALUES ('r-old', :s, 'g13s', 1000, 'passed', 1000)"), {"s": suite})
+    c.execute(text("INSERT INTO devices (variant_key, lineage_key, arch, generation, "
+                   "size, chip, backend, host, os, mlx_version, emulated) VALUES ('v', "
+                   "'l', 'applegpu_g13s', 13, 's', 'Apple M1 Max', 'metal', 'mac-1', "
+                   "'Darwin', '0.32.4', false)"))
+    c.execute(text("INSERT INTO jobs (run_id, device_id, attempts, status, started) "
+                   "SELECT 'r-old', id, 1, 'passed', 1000 FROM devices"))

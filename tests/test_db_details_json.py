@@ -12,7 +12,7 @@ import math
 
 import pytest
 from alembic import command
-from db_fixtures import backends, device, fresh_db, meas, record, result, sel
+from db_fixtures import backends, device, fresh_db, meas, record, result, seed_old_job, sel
 from sqlalchemy import inspect, text
 
 from db import open_history
@@ -42,14 +42,7 @@ def _history_at_0005(target: str) -> dict[str, dict[int, list[tuple]]]:
     _migrate(target, "0005")
     eng = make_engine(resolve(target), "write")
     with eng.begin() as c:
-        c.execute(text("INSERT INTO runs (id, suite, selector, started, status, heartbeat) "
-                       "VALUES ('r-old', 's', 'g13s', 1000, 'passed', 1000)"))
-        c.execute(text("INSERT INTO devices (variant_key, lineage_key, arch, generation, "
-                       "size, chip, backend, host, os, mlx_version, emulated) VALUES ('v', "
-                       "'l', 'applegpu_g13s', 13, 's', 'Apple M1 Max', 'metal', 'mac-1', "
-                       "'Darwin', '0.32.4', false)"))
-        c.execute(text("INSERT INTO jobs (run_id, device_id, attempts, status, started) "
-                       "SELECT 'r-old', id, 1, 'passed', 1000 FROM devices"))
+        seed_old_job(c, suite="s")
         for nodeid in ("t.py::a[x]", "t.py::b", "t.py::empty"):
             c.execute(text("INSERT INTO results (job_id, nodeid, test_id, params, outcome, "
                            "category) SELECT id, :n, :n, '', 'passed', 'expected_pass' "

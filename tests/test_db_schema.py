@@ -9,7 +9,7 @@ import time
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from db_fixtures import backends, fresh_db, record, result
+from db_fixtures import backends, fresh_db, record, result, seed_old_job
 from sqlalchemy import create_engine, inspect, text
 
 from db import open_history
@@ -79,15 +79,7 @@ def _history_at_0001(target: str) -> None:
         command.upgrade(alembic_config(conn), "0001")
         conn.commit()
     with eng.begin() as c:
-        c.execute(text("INSERT INTO runs (id, suite, selector, started, status, heartbeat) "
-                       "VALUES ('r-old', 'm8-parity', 'g13s', 1000, 'passed', 1000)"))
-        # No explicit ids: a PostgreSQL sequence would not know them and collide later.
-        c.execute(text("INSERT INTO devices (variant_key, lineage_key, arch, generation, "
-                       "size, chip, backend, host, os, mlx_version, emulated) VALUES ('v', "
-                       "'l', 'applegpu_g13s', 13, 's', 'Apple M1 Max', 'metal', 'mac-1', "
-                       "'Darwin', '0.32.4', false)"))
-        c.execute(text("INSERT INTO jobs (run_id, device_id, attempts, status, started) "
-                       "SELECT 'r-old', id, 1, 'passed', 1000 FROM devices"))
+        seed_old_job(c)
         c.execute(text("INSERT INTO results (job_id, nodeid, test_id, params, outcome, "
                        "category) SELECT id, 't.py::a', 't.py::a', '', 'passed', "
                        "'expected_pass' FROM jobs"))
