@@ -70,23 +70,11 @@ POINTS = {
              (32, 8, 1, 1, 0, 128, 1), (32, 8, 1, 0, 2), (16, 8, 1, 0, 4),
              (32, 4, 1, 0, 2, 128, 1), (16, 8, 1, 0, 2, 128, 1)],
 }
-KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_early",
-        "row_split")
-OPTIONAL = {"l2_prefetch": 128, "x_early": 0, "row_split": 0}  # a point's tuple may stop short
+KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_early")
 
 
 def as_params(pt) -> dict:
-    return {**OPTIONAL, **dict(zip(KEYS, pt))}
-
-
-def points_for(op: str, m: int) -> list[tuple]:
-    """The tiles swept at M=``m``: ``POINTS[op]``, and above 8 rows each register tile again
-    with ``row_split`` (a block per 8 rows: M <= 8's registers and occupancy)."""
-    pts = list(POINTS[op])
-    if m > 8:
-        pts += [tuple(as_params(pt)[k] for k in KEYS[:-1]) + (1,) for pt in POINTS[op]
-                if as_params(pt)["stages"] == 0]
-    return pts
+    return dict(zip(KEYS, (*pt, 128, 0)[:len(KEYS)], strict=True))
 
 
 def rel_max(a: mx.array, b: mx.array) -> float:
@@ -131,7 +119,7 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
           f"{floor_us(point_m):.1f} us", flush=True)
     deadline = time.perf_counter() + budget_s
     register_out = {}
-    for pt in points_for(op, point_m):
+    for pt in POINTS[op]:
         if time.perf_counter() > deadline:
             entry["points"].append({**as_params(pt), "skipped": "time budget"})
             continue
@@ -144,7 +132,7 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
             key = (p["n_tile"], p["k_groups"])
             if key not in register_out:  # the plain register pipeline at this tile
                 y0 = cuda.launch(NAME, x8, one, {**p, "stages": 0, "unroll": 1, "prefetch": 0,
-                                                 "x_early": 0, "row_split": 0})
+                                                 "x_early": 0})
                 mx.eval(y0)
                 register_out[key] = y0
             row["exact_vs_register"] = bool(mx.array_equal(y, register_out[key]).item())

@@ -40,8 +40,7 @@ import cuda_verify as cv
 import mlx.core as mx
 
 REPS = 3
-TILE_KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_early",
-             "row_split")
+TILE_KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_early")
 
 
 UNITS_PER_US = {"ns": 1e3, "nsecond": 1e3, "usecond": 1.0, "us": 1.0, "msecond": 1e-3}
@@ -193,7 +192,6 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cold-sweep", default=None)
     ap.add_argument("--points", action="store_true")
-    ap.add_argument("--no-ring", action="store_true", help="with --points: register tiles only")
     ap.add_argument("--shapes", default=",".join(cv.SHAPES))
     ap.add_argument("--dtypes", default=",".join(cv.DTYPES))
     ap.add_argument("--ms", default="8", help="the M to launch (with --rows: '' for every row's)")
@@ -224,10 +222,9 @@ def main(argv=None) -> int:
                 paths.append((f"cold-best {p}", cv.custom_fn("mma_weights_a", p)))
             if args.points:
                 import cuda_verify_cold_sweep as cs
-                for pt in cs.points_for(op, max(int(v) for v in args.ms.split(","))):
+                for pt in cs.POINTS[op]:
                     p = cs.as_params(pt)
-                    if not (args.no_ring and p["stages"]):
-                        paths.append((f"tile {p}", cv.custom_fn("mma_weights_a", p)))
+                    paths.append((f"tile {p}", cv.custom_fn("mma_weights_a", p)))
             for m in (int(v) for v in args.ms.split(",")):
                 x = (mx.random.normal((m, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)
                 mx.eval(x)

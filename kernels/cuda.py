@@ -60,8 +60,7 @@ def _mma_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
 def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
                       p: dict) -> LaunchConfig:
     """``unroll`` shrinks to the largest of 4, 2, 1 not above the request that divides a
-    group's K steps (the tiling guarantees whole 128-value steps per group). ``row_split``
-    launches one block per 8 rows and column tile (ROW_SPLIT). ``stages`` >= 2
+    group's K steps (the tiling guarantees whole 128-value steps per group). ``stages`` >= 2
     (the cp.async ring) must fit the block's 48 KiB of static shared memory: k_groups warps
     x stages x 32 lanes x (``RING_LANE_BYTES`` per 16-column tile, plus with ``x_early``
     ``RING_LANE_X_BYTES`` per 8 activation rows)."""
@@ -70,12 +69,9 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     want = int(p["unroll"])
     unroll = next(u for u in (4, 2, 1) if u <= want and group_steps % u == 0)
     stages, x_early = int(p.get("stages", 0)), int(p.get("x_early", 0))
-    row_split = bool(int(p.get("row_split", 0)))
-    row_blocks = -(-m // 8) if row_split else 1  # blocks per column tile, 8 rows each
-    m_tiles = 1 if row_split else -(-m // 8)  # 8-row activation tiles a block holds
     v = VARIANTS[name]
     ring = k_groups * stages * 32 * ((n_tile // 16) * v.RING_LANE_BYTES
-                                     + x_early * m_tiles * v.RING_LANE_X_BYTES)
+                                     + x_early * -(-m // 8) * v.RING_LANE_X_BYTES)
     if ring > tiling.MEMORY["cuda"][0]:
         raise tiling.TilingError(
             f"{name} does not tile M={m}, K={k}, N={n}, {dtype}, group_size={group_size} with "
@@ -83,9 +79,9 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     return LaunchConfig({"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups,
                          "UNROLL": unroll, "PREFETCH": bool(int(p["prefetch"])),
                          "STAGES": stages, "L2_PREFETCH": int(p.get("l2_prefetch", 128)),
-                         "X_EARLY": bool(x_early), "ROW_SPLIT": row_split,
+                         "X_EARLY": bool(x_early),
                          "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"},
-                        (n // n_tile) * row_blocks * 32 * k_groups, 32 * k_groups, dtype)
+                        (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype)
 
 
 def _split_k_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,

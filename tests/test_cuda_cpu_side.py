@@ -207,42 +207,6 @@ def test_every_sm90_table_kernel_compiles_for_sm90_without_spills():
             assert cuda_offline.compile_sm90(name, cfg.activation, cfg.template).registers > 0
 
 
-def test_row_split_launches_a_block_per_8_rows_of_each_column_tile():
-    """mma_weights_a's row_split: M=16 as two blocks of 8 rows per column tile (the grid
-    doubles), each holding one 8-row activation tile (so a cp.async ring with x_early needs
-    M=8's room, not M=16's); a no-op at M <= 8."""
-    base = {"n_tile": 32, "k_groups": 4, "unroll": 2, "prefetch": 0, "x_early": 1}
-    whole = cuda.launch_config("mma_weights_a", 16, 5120, 17408, 64, "bfloat16", base)
-    split = cuda.launch_config("mma_weights_a", 16, 5120, 17408, 64, "bfloat16",
-                               {**base, "row_split": 1})
-    assert (whole.grid, split.grid) == (544 * 128, 2 * 544 * 128)
-    assert split.threads == whole.threads and split.template["ROW_SPLIT"] is True
-    at8 = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "bfloat16",
-                             {**base, "row_split": 1})
-    assert at8.grid == 544 * 128
-    ring = {**base, "unroll": 1, "stages": 2}  # 2 stages x 4 warps x (2 tiles + x of M rows)
-    with pytest.raises(ValueError, match="cp.async ring"):
-        cuda.launch_config("mma_weights_a", 16, 5120, 17408, 64, "float16", ring)
-    cuda.launch_config("mma_weights_a", 16, 5120, 17408, 64, "float16", {**ring, "row_split": 1})
-
-
-@pytest.mark.skipif(cuda_offline.nvcc() is None, reason="nvcc is not on PATH")
-def test_row_split_m16_holds_the_registers_of_m8():
-    """Why row_split exists: at M=16 one block per column tile holds two accumulator sets a
-    warp (nvcc: ~149 registers against ~106 at M=8, so fewer warps a SM); split, each block
-    is M=8's kernel on its own 8 rows."""
-    base = {"n_tile": 32, "k_groups": 4, "unroll": 2, "prefetch": 0, "x_early": 1}
-
-    def regs(m: int, **extra) -> int:
-        cfg = cuda.launch_config("mma_weights_a", m, 5120, 17408, 64, "bfloat16",
-                                 {**base, **extra})
-        rep = cuda_offline.compile_sm90("mma_weights_a", cfg.activation, cfg.template)
-        assert rep.spill_bytes == 0, (m, extra, rep)
-        return rep.registers
-    m8, m16, m16_split = regs(8), regs(16), regs(16, row_split=1)
-    assert m16 > m8 + 16 and m16_split <= m8 + 4, (m8, m16, m16_split)
-
-
 def test_cuda_launch_rejects_shapes_that_do_not_tile():
     qw = QWeights.quantize(mx.random.normal((24, 256)), 64, 4, mx.bfloat16)
     with pytest.raises(ValueError, match="does not tile"):

@@ -25,11 +25,6 @@ hold no registers, so a warp keeps several KiB in flight at full occupancy. Each
 back only the chunks it copied, so the ring needs no barrier. The math, and so the contract,
 is the same as with ``stages`` = 0. ``x_early`` = 1 loads each K step's activations with its
 weights (into the register batch, or through the ring) instead of just before the step's math.
-``row_split`` = 1 computes M > 8 as blocks of 8 rows (adjacent blocks of one column tile read
-the same weights together, so DRAM serves each line once): every block has M <= 8's registers
-and occupancy, where M=16 in one block holds two accumulator sets per warp (149 registers
-against 106 at M=8 on the H200, and 1.3-1.5x M=8's time). Each output is the same sum in the
-same order either way, so the results are bit for bit those of ``row_split`` = 0.
 
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
@@ -47,7 +42,7 @@ from kernels.variants._portable import split_k
 NAME = "mma_weights_a"
 ROWS = None  # 1..16
 DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0, "stages": 0,
-            "l2_prefetch": 128, "x_early": 0, "row_split": 0}
+            "l2_prefetch": 128, "x_early": 0}
 METAL_SOURCE = None
 HEADER = ""
 CUDA_LAYOUT = "mma_weights_a"
@@ -59,8 +54,7 @@ CUDA_LAYOUT = "mma_weights_a"
 CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"),
                      group_multiple=32, positive=("n_tile", "k_groups", "unroll"),
                      param_choices=(("prefetch", (0, 1)), ("stages", (0, 2, 3, 4, 5, 6, 8)),
-                                    ("l2_prefetch", (128, 256)), ("x_early", (0, 1)),
-                                    ("row_split", (0, 1))),
+                                    ("l2_prefetch", (128, 256)), ("x_early", (0, 1))),
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
 
@@ -74,8 +68,8 @@ RING_LANE_X_BYTES = 4 * 16
 # UNROLL (K steps of 128 whose loads go out together), PREFETCH, STAGES (0: the register
 # pipeline of UNROLL / PREFETCH; >= 2: the cp.async ring), L2_PREFETCH (the ring's L2
 # prefetch hint, 128 or 256 bytes), X_EARLY (activations loaded with the weights: in the
-# register batch, or through the ring; else step by step before the math), ROW_SPLIT (M > 8 as
-# one block per 8 rows and column tile), K, N, GS, IS_BF16; type T.
+# register batch, or through the ring; else step by step before the math), K, N, GS, IS_BF16;
+# type T.
 # Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for
 # columns n0 + g and n0 + g + 8 one 16-byte load each (4 packed words), and the same 32
 # activations of row g (and g + 8 for a second B tile). Word i of those 4 feeds two mma steps;
@@ -87,11 +81,7 @@ CUDA_SOURCE = r"""
   constexpr int STEPS = K / 128;
   constexpr int GROUP_STEPS = STEPS / K_GROUPS;
   constexpr int ROW_GROUPS = K / GS;
-  // ROW_SPLIT: M > 8 as blocks of 8 rows, the two blocks of a column tile adjacent in the
-  // grid (they read the same weights at the same time: one DRAM read, the other from L2), each
-  // with the registers and occupancy of M <= 8 instead of two accumulator sets per warp.
-  constexpr int ROW_BLOCKS = ROW_SPLIT ? (M_ROWS + 7) / 8 : 1;
-  constexpr int M_TILES = ROW_SPLIT ? 1 : (M_ROWS + 7) / 8;
+  constexpr int M_TILES = (M_ROWS + 7) / 8;
   constexpr int COLS = 16 * COL_TILES;
   constexpr int PROWS = 8 * M_TILES;
   constexpr int CT2 = 2 * COL_TILES;  // weight rows a lane loads per K step
@@ -109,11 +99,7 @@ CUDA_SOURCE = r"""
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int rb = ROW_BLOCKS > 1 ? blockIdx.x % ROW_BLOCKS : 0;  // this block's 8 rows
-  const int n_base = (ROW_BLOCKS > 1 ? blockIdx.x / ROW_BLOCKS : blockIdx.x) * COLS;
-  const int rows = ROW_SPLIT ? min(8, M_ROWS - 8 * rb) : M_ROWS;  // of x and y, from xr, yr
-  const T* xr = x + rb * 8 * K;
-  T* yr = y + rb * 8 * N;
+  const int n_base = blockIdx.x * COLS;
   const uint32_t* w32 = reinterpret_cast<const uint32_t*>(w);
   const uint16_t* s16 = reinterpret_cast<const uint16_t*>(scales);
   const uint16_t* b16 = reinterpret_cast<const uint16_t*>(biases);
@@ -131,9 +117,9 @@ CUDA_SOURCE = r"""
 #pragma unroll
     for (int mt = 0; mt < M_TILES; ++mt) {
       const int row = 8 * mt + g;
-      const uint4* xp = reinterpret_cast<const uint4*>(xr + row * K + step * 128 + 32 * t);
+      const uint4* xp = reinterpret_cast<const uint4*>(x + row * K + step * 128 + 32 * t);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) xa[mt][i] = row < rows ? xp[i] : make_uint4(0, 0, 0, 0);
+      for (int i = 0; i < 4; ++i) xa[mt][i] = row < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
     }
   };
   // One K step's math: per word 2 dequantized A tiles per column tile and 2 mma per activation
@@ -204,8 +190,8 @@ CUDA_SOURCE = r"""
 #pragma unroll
           for (int mt = 0; mt < M_TILES; ++mt) {
             const int row = 8 * mt + g;
-            if (row < rows) {
-              const T* xp = xr + row * K + step * 128 + 32 * t;
+            if (row < M_ROWS) {
+              const T* xp = x + row * K + step * 128 + 32 * t;
 #pragma unroll
               for (int i = 0; i < 4; ++i)
                 dflash2_cp_async16_ca(ring_x + xslot + (4 * mt + i) * 32, xp + 8 * i);
@@ -245,8 +231,8 @@ CUDA_SOURCE = r"""
         for (int mt = 0; mt < M_TILES; ++mt)
 #pragma unroll
           for (int i = 0; i < 4; ++i)
-            xa[mt][i] = 8 * mt + g < rows ? ring_x[xslot + (4 * mt + i) * 32]
-                                          : make_uint4(0, 0, 0, 0);
+            xa[mt][i] = 8 * mt + g < M_ROWS ? ring_x[xslot + (4 * mt + i) * 32]
+                                            : make_uint4(0, 0, 0, 0);
       }
       issue(s + STAGES - 1);  // into the slot step s - 1 used: already read back
       if constexpr (!X_EARLY) load_x(xa, step);
@@ -273,9 +259,7 @@ CUDA_SOURCE = r"""
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int n = n_base + 16 * c + g + 8 * h;
-            const uint4* wp = reinterpret_cast<const uint4*>(w32 + n * WORDS + word);
-            // streamed (evict first) unless the sibling row block reads the same line next
-            b.wq[u][c][h] = ROW_BLOCKS > 1 ? *wp : __ldcs(wp);
+            b.wq[u][c][h] = __ldcs(reinterpret_cast<const uint4*>(w32 + n * WORDS + word));
             const uint32_t sv = s16[n * ROW_GROUPS + grp], bv = b16[n * ROW_GROUPS + grp];
             b.sc[u][c][h] = sv | (sv << 16);
             b.bi[u][c][h] = bv | (bv << 16);
@@ -324,12 +308,12 @@ CUDA_SOURCE = r"""
       partial[warp][8 * mt + 2 * t + 1][16 * c + g + 8] = acc[mt][c][3];
     }
   __syncthreads();
-  for (int e = threadIdx.x; e < rows * COLS; e += blockDim.x) {
+  for (int e = threadIdx.x; e < M_ROWS * COLS; e += blockDim.x) {
     const int m = e / COLS, col = e % COLS;
     float total = partial[0][m][col];
 #pragma unroll
     for (int h = 1; h < K_GROUPS; ++h) total += partial[h][m][col];  // groups in order
-    yr[m * N + n_base + col] = static_cast<T>(total);
+    y[m * N + n_base + col] = static_cast<T>(total);
   }
 """
 CUDA_HEADER = _CUDA_HEADER + MMA_HEADER + CP_ASYNC_HEADER + r"""
