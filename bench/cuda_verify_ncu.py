@@ -192,6 +192,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cold-sweep", default=None)
     ap.add_argument("--points", action="store_true")
+    ap.add_argument("--no-ring", action="store_true", help="with --points: register tiles only")
     ap.add_argument("--shapes", default=",".join(cv.SHAPES))
     ap.add_argument("--dtypes", default=",".join(cv.DTYPES))
     ap.add_argument("--ms", default="8", help="the M to launch (with --rows: '' for every row's)")
@@ -224,7 +225,8 @@ def main(argv=None) -> int:
                 import cuda_verify_cold_sweep as cs
                 for pt in cs.POINTS[op]:
                     p = cs.as_params(pt)
-                    paths.append((f"tile {p}", cv.custom_fn("mma_weights_a", p)))
+                    if not (args.no_ring and p["stages"]):
+                        paths.append((f"tile {p}", cv.custom_fn("mma_weights_a", p)))
             for m in (int(v) for v in args.ms.split(",")):
                 x = (mx.random.normal((m, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)
                 mx.eval(x)
