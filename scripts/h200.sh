@@ -141,6 +141,11 @@
 #         python -m suites.expected_selections --write; suites/fingerprints.json from the run
 #   run (carry .whl/p1), then (carry .whl/p2): stage, install, RECORD_GOLDENS=0 suites on a fresh
 #      machine with the committed table and goldens: h200_suites.jsonl, suites.log (140 passed)
+# The row-split experiment (16:02 UTC, at commit 290262f, reverted after it; device ~230 s):
+#   run (carry .whl/p1), then (carry .whl/p2): stage, install,
+#      BENCH_TIMEOUT=200 coldsweep --no-ring --point-m 16 --ms 16 --chain --dtypes bfloat16
+#        --budget-s 120; NCU_LIGHT=1 NCU_TIMEOUT=110 ncucold --points --no-ring --ms 16 --reps 2
+#   -> bench/results/h200/row_split_experiment_* (docs/KERNELS.md, "Over M")
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"
