@@ -39,8 +39,8 @@ def _where(seen: Path) -> dict:
     return rec
 
 
-def _run(cli, db: Path, suite: str = ANCESTRY) -> subprocess.CompletedProcess:
-    out = cli("run", "--suite", suite, "--devices", "g13s", "--db", str(db), "--json")
+def _run(cli, db: Path, suite: str = ANCESTRY, **env: str) -> subprocess.CompletedProcess:
+    out = cli("run", "--suite", suite, "--devices", "g13s", "--db", str(db), "--json", **env)
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout)["jobs"][0]["status"] == "passed"
     return out
@@ -147,3 +147,31 @@ def test_twins_on_a_warm_fleet_pull_their_tests_through_their_executors(cli, tmp
     with sqlite3.connect(db) as c:
         per_node = dict(c.execute("select node, count(*) from results group by node"))
     assert sorted(per_node) == sorted(info["nodes"]) and sum(per_node.values()) == 16, per_node
+
+
+def test_an_embedded_run_is_run_by_executors_of_its_own_job(cli, tmp_path):
+    """No warm fleet up: the embedded fleet's device jobs also go to executors (actors of this
+    run's driver: its job carries no runtime env, so Ray starts its workers without the
+    runtime-env agent's setup), and still run the run's own checked copy of the tree."""
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    out = _run(cli, tmp_path / "h.db", FARM_TEST_ANCESTRY=str(seen))
+    assert "run as Ray tasks" not in out.stderr, out.stderr
+    rec = _where(seen)
+    pytest_parent, its_parent = rec["ancestors"][:2]
+    assert "-m farm.runner.exec_entry" in pytest_parent, rec
+    assert its_parent.startswith("ray::NodeExecutor"), rec
+    assert "/farm-job-" in rec["farm"] and not rec["farm"].startswith(str(REPO)), rec
+
+
+def test_with_executors_off_an_embedded_run_runs_ray_tasks_that_carry_the_tree(cli, tmp_path):
+    """``FARM_EXECUTORS=0``: the embedded fleet's device jobs run as Ray tasks, each with the
+    run's shipped tree as its own runtime env (the driver's job has none), as on real Macs."""
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    out = _run(cli, tmp_path / "h.db", FARM_TEST_ANCESTRY=str(seen), FARM_EXECUTORS="0")
+    assert "FARM_EXECUTORS=0: this run's device jobs run as Ray tasks" in out.stderr, out.stderr
+    rec = _where(seen)
+    pytest_parent = rec["ancestors"][0]
+    assert pytest_parent.startswith("ray::run_job"), rec
+    assert "/farm-job-" in rec["farm"] and not rec["farm"].startswith(str(REPO)), rec

@@ -100,6 +100,14 @@ def _quiet_cluster_errors() -> None:
     worker.print_to_stdstream = first_line_to_stderr
 
 
+def reconnect(address: str, runtime_env: dict | None = None, node_ip: str | None = None) -> None:
+    """Leave and connect again: a driver's runtime env is its Ray job's, fixed by ``ray.init``,
+    so another one takes another job (always, quick exit or not: the run goes on)."""
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        sys.modules["ray"].shutdown()
+    connect(address, runtime_env, node_ip)
+
+
 def disconnect() -> None:
     """Leave the cluster; in the `farm` process the connection is left to its end
     (`farm.quick_exit`)."""

@@ -52,6 +52,15 @@ _WORKER_ONLY = ("RAY_JOB_ID", "RAY_RAYLET_PID", "RAY_NODE_ID", "RAY_RUNTIME_ENV_
                 "RAY_WORKER_ID")
 
 
+ENV_OFF = "FARM_EXECUTORS"  # "0": a local fleet's device jobs run as Ray tasks (as on real Macs)
+
+
+def wanted() -> bool:
+    """Whether this run uses executors where a local fleet has them (``FARM_EXECUTORS=0``: the
+    Ray-task path instead, to compare the two or to rule the executors out)."""
+    return os.environ.get(ENV_OFF, "1") != "0"
+
+
 def name(node_id: str) -> str:
     return PREFIX + node_id
 
@@ -151,19 +160,46 @@ async def _ask(shard: dict, msg: dict, queue: dict) -> dict:
         return {"error": f"{type(e).__name__}: {str(e).strip()[-300:]}"}
 
 
+def _create(node_ids: list[str], **options) -> dict[str, object]:
+    """One executor actor per node, pinned to it: node id -> handle."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(NodeExecutor)
+    return {n: cls.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False),
+                           **{k: (v(n) if callable(v) else v) for k, v in options.items()},
+                           ).remote(n) for n in node_ids}
+
+
 def start_all(node_ids: list[str], timeout: float = READY_S) -> None:
     """The keeper's part (connected to its fleet as a driver): one executor per node, pinned
     to it, detached (it outlives the keeper's driver; the fleet's end kills it), each
     answering before this returns."""
     import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    cls = ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(NodeExecutor)
-    actors = [cls.options(name=name(n), namespace=NAMESPACE, lifetime="detached",
-                          get_if_exists=True,
-                          scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False),
-                          ).remote(n) for n in node_ids]
-    ray.get([a.version.remote() for a in actors], timeout=timeout)
+    actors = _create(node_ids, name=name, namespace=NAMESPACE, lifetime="detached",
+                     get_if_exists=True)
+    ray.get([a.version.remote() for a in actors.values()], timeout=timeout)
+
+
+def start(node_ids: list[str], timeout: float = READY_S) -> tuple[dict[str, object], str | None]:
+    """For a driver that starts its own fleet on this host (the embedded fleet): executors of
+    this driver's job, which end with it; node id -> handle, or ({}, why) when they did not
+    answer. Why bother: a driver whose job has a ``working_dir`` gets workers only after Ray's
+    runtime-env agent has set that up, 1.1-1.3 s a node on two cores against 0.6 s for a job
+    without one; an executor runs the staged tree where it lies, so the run's job needs none."""
+    import ray
+
+    actors = _create(node_ids)
+    try:
+        versions = ray.get([a.version.remote() for a in actors.values()], timeout=timeout)
+    except (ray.exceptions.RayError, TimeoutError) as e:
+        for a in actors.values():
+            with contextlib.suppress(Exception):
+                ray.kill(a)
+        return {}, f"its executors did not start ({type(e).__name__}: {str(e).strip()[:200]})"
+    bad = sorted({v for v in versions if v != VERSION})
+    return (actors, None) if not bad else ({}, f"its executors speak protocol {bad}")
 
 
 def find(node_ids: list[str]) -> tuple[dict[str, object], str | None]:

@@ -37,6 +37,9 @@ def executors(fleet, prechecks: dict[str, Future], say: Callable[[str], None]) -
     when none does)."""
     for node, fut in prechecks.items():
         health.adopt(node, fut)
+    if not executor.wanted():
+        say(f"warm fleet: {executor.ENV_OFF}=0: this run starts Ray workers")
+        return {}
     found, why = executor.find(list(fleet.nodes))
     if why:
         say(f"warm fleet: {why}: this run starts Ray workers (`farm fleet down` and `farm fleet "

@@ -67,7 +67,8 @@ def run(opts: RunOptions, console: Console | None = None) -> RunOutcome:
 
 def _run(opts: RunOptions, console: Console, guard: signals.Guard) -> RunOutcome:
     from db import open_history
-    from farm.fleet import cluster, embedded, warm, warm_start
+    from farm.fleet import cluster, embedded, executor, warm, warm_start
+    from farm.fleet import devices as fleet
     from suites.manifest import resolve_suite
 
     t0 = time.monotonic()
@@ -126,8 +127,18 @@ def _run(opts: RunOptions, console: Console, guard: signals.Guard) -> RunOutcome
             with show.phase(f"starting fleet: local Ray, {len(devices)} device node(s)"):
                 addr = stack.enter_context(embedded.embedded_fleet(
                     devices, before_start=guard.hold_ray, workdir=staged))
-                cluster.connect(addr, shipping.runtime_env(staged, opts.env),
-                                node_ip=embedded.LOOPBACK)
+                # Its nodes are this host's: device jobs go to executors that run the staged
+                # tree where it lies, so the driver's job carries no runtime env (Ray then
+                # starts workers without its agent's setup, `executor.start`). Ray tasks take
+                # the tree only as the job's working_dir: without executors, connect again so.
+                renv = shipping.runtime_env(staged, opts.env)
+                cluster.connect(addr, None, node_ip=embedded.LOOPBACK)
+                execs, why = ({}, f"{executor.ENV_OFF}=0") if not executor.wanted() else \
+                    executor.start([d.node_id for d in fleet.live_devices()])
+                if why:
+                    console.print(f"embedded fleet: {why}: this run's device jobs run as Ray "
+                                  "tasks", highlight=False, markup=False, soft_wrap=True)
+                    cluster.reconnect(addr, renv, node_ip=embedded.LOOPBACK)
         guard.hold_ray()  # ray.init put Ray's SIGTERM handlers in; ours go back
         guard.check()
         driver = Driver(opts, console, history, suite, revision, record, show, guard, context)

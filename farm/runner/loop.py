@@ -132,7 +132,7 @@ class Driver:
                                               h.get("os"), device.node_id)
 
     def use_executors(self, execs: dict[str, object], tree: Path, env: dict[str, str]) -> None:
-        """Device jobs on these nodes go to their warm executors (`farm.fleet.executor`), run in
+        """Device jobs on these nodes go to their executors (`farm.fleet.executor`), run in
         ``tree`` (the staged tree, on this host) with the run's variables ``env``."""
         self.execs, self.exec_run = dict(execs), (str(tree), dict(env), executor.caller())
 
