@@ -18,9 +18,11 @@ own, and the registrations (a raylet registers once its agents are up: the secon
 are awaited together instead of one node after the other. Meanwhile each device's health check
 (`farm.fleet.health.check`: the same subprocess, environment and shipped tree a node runs it
 with, this host being every node's host) runs beside the start, and its result is handed to the
-run for the node started for that device. The nodes die with the process that started them
-(Ray's kernel fate sharing), and a watchdog kills the rest of the fleet at once when that
-process is gone (`start_watchdog`).
+run for the node started for that device. The run then connects without a runtime env and
+hands its device jobs to executors of its own job (`farm.fleet.executor.start`): a job with a
+``working_dir`` gets its workers only after Ray's runtime-env agent has set it up. The nodes
+die with the process that started them (Ray's kernel fate sharing), and a watchdog kills the
+rest of the fleet at once when that process is gone (`start_watchdog`).
 
 Teardown leaves no process behind, whenever it happens (a Ctrl-C while Ray is still starting
 included): `farm.fleet.reaping` finds every process of the fleet and kills it.

@@ -6,7 +6,9 @@ run's first task runs on a node, on the critical path of every run. A warm fleet
 up`) exists to make the second run cheap, so its keeper starts one *executor* per node once: a
 detached, named async actor (``farm-exec-<node id>``) in the keeper's job. A run attached to the
 fleet looks the executors up (a GCS lookup) and has each device job run by its node's executor
-instead of a Ray task.
+instead of a Ray task. The embedded fleet, being this host's too, uses executors of the run's
+own job (`start`): not for a second run, but because a Ray job without a ``working_dir`` gets its
+workers without the runtime-env agent's setup, about half the worker start.
 
 The executor runs nothing of its own version: it starts ``python -m farm.runner.exec_entry``
 in the run's staged tree (the driver's copy; a warm fleet is on the driver's host by
