@@ -53,14 +53,17 @@ def test_a_warm_run_is_run_by_its_nodes_executor_in_the_runs_own_tree(cli, tmp_p
     for _ in range(2):  # and again: the executor outlives a run
         out = _run(cli, tmp_path / "h.db")
         assert "starts Ray workers" not in out.stderr, out.stderr
-        rec = _where(seen)
-        pytest_parent, its_parent = rec["ancestors"][:2]
-        # pytest <- the job's entry process <- the node's executor (an actor of the keeper's)
-        assert "-m farm.runner.exec_entry" in pytest_parent, rec
-        assert its_parent.startswith("ray::NodeExecutor"), rec
-        # the run's code: the job's checked copy of the staged tree, not the checkout
-        assert "/farm-job-" in rec["farm"] and not rec["farm"].startswith(str(REPO)), rec
+        _ran_by_an_executor(_where(seen))
     assert info["executors"] == executor.VERSION
+
+
+def _ran_by_an_executor(rec: dict) -> None:
+    pytest_parent, its_parent = rec["ancestors"][:2]
+    # pytest <- the job's entry process <- the node's executor
+    assert "-m farm.runner.exec_entry" in pytest_parent, rec
+    assert its_parent.startswith("ray::NodeExecutor"), rec
+    # the run's code: the job's checked copy of the staged tree, not the checkout
+    assert "/farm-job-" in rec["farm"] and not rec["farm"].startswith(str(REPO)), rec
 
 
 def _kill_executors(state: Path) -> None:
@@ -157,16 +160,13 @@ def test_an_embedded_run_is_run_by_executors_of_its_own_job(cli, tmp_path):
     seen.mkdir()
     out = _run(cli, tmp_path / "h.db", FARM_TEST_ANCESTRY=str(seen))
     assert "run as Ray tasks" not in out.stderr, out.stderr
-    rec = _where(seen)
-    pytest_parent, its_parent = rec["ancestors"][:2]
-    assert "-m farm.runner.exec_entry" in pytest_parent, rec
-    assert its_parent.startswith("ray::NodeExecutor"), rec
-    assert "/farm-job-" in rec["farm"] and not rec["farm"].startswith(str(REPO)), rec
+    _ran_by_an_executor(_where(seen))
 
 
 def test_with_executors_off_an_embedded_run_runs_ray_tasks_that_carry_the_tree(cli, tmp_path):
-    """``FARM_EXECUTORS=0``: the embedded fleet's device jobs run as Ray tasks, each with the
-    run's shipped tree as its own runtime env (the driver's job has none), as on real Macs."""
+    """``FARM_EXECUTORS=0``: the embedded fleet's device jobs run as Ray tasks, as on real
+    Macs; the driver connects again with the shipped tree as its job's working_dir (a Ray task
+    cannot carry a local one), and the job still runs its checked copy of it."""
     seen = tmp_path / "seen"
     seen.mkdir()
     out = _run(cli, tmp_path / "h.db", FARM_TEST_ANCESTRY=str(seen), FARM_EXECUTORS="0")

@@ -127,14 +127,16 @@ def _run(opts: RunOptions, console: Console, guard: signals.Guard) -> RunOutcome
             with show.phase(f"starting fleet: local Ray, {len(devices)} device node(s)"):
                 addr = stack.enter_context(embedded.embedded_fleet(
                     devices, before_start=guard.hold_ray, workdir=staged))
-                # Its nodes are this host's: device jobs go to executors that run the staged
-                # tree where it lies, so the driver's job carries no runtime env (Ray then
+                # Its nodes are this host's and were health-checked here as they started, so
+                # no Ray task needs the tree: device jobs go to executors that run the staged
+                # tree where it lies, and the driver's job carries no runtime env (Ray then
                 # starts workers without its agent's setup, `executor.start`). Ray tasks take
-                # the tree only as the job's working_dir: without executors, connect again so.
+                # the tree only as the job's working_dir: without executors, (re)connect so.
                 renv = shipping.runtime_env(staged, opts.env)
-                cluster.connect(addr, None, node_ip=embedded.LOOPBACK)
-                execs, why = ({}, f"{executor.ENV_OFF}=0") if not executor.wanted() else \
-                    executor.start([d.node_id for d in fleet.live_devices()])
+                execs, why = {}, f"{executor.ENV_OFF}=0"
+                if executor.wanted():
+                    cluster.connect(addr, None, node_ip=embedded.LOOPBACK)
+                    execs, why = executor.start([d.node_id for d in fleet.live_devices()])
                 if why:
                     console.print(f"embedded fleet: {why}: this run's device jobs run as Ray "
                                   "tasks", highlight=False, markup=False, soft_wrap=True)
