@@ -111,11 +111,11 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
     def alone_us(fn, x) -> dict:
         return cv.chain_us(lambda xi, i: fn(xi, copies[i % len(copies)]), x, batch, reps)
 
-    x8 = xs[point_m]
-    ys = cv.stock(x8, one.wq, one.scales, one.biases)
-    stock8 = cold_us(lambda x, q: cv.stock(x, q.wq, q.scales, q.biases), x8)
-    entry[f"stock_m{point_m}_us"] = stock8["us"]
-    print(f"{op} {dt_name} stock M={point_m} {stock8['us']:.1f} us floor "
+    x_pt = xs[point_m]
+    ys = cv.stock(x_pt, one.wq, one.scales, one.biases)
+    stock_pt = cold_us(lambda x, q: cv.stock(x, q.wq, q.scales, q.biases), x_pt)
+    entry[f"stock_m{point_m}_us"] = stock_pt["us"]
+    print(f"{op} {dt_name} stock M={point_m} {stock_pt['us']:.1f} us floor "
           f"{floor_us(point_m):.1f} us", flush=True)
     deadline = time.perf_counter() + budget_s
     register_out = {}
@@ -126,18 +126,18 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
         p = as_params(pt)
         row = dict(p)
         try:
-            y = cuda.launch(NAME, x8, one, p)
+            y = cuda.launch(NAME, x_pt, one, p)
             mx.eval(y)
             row["rel_vs_stock"] = rel_max(y, ys)
             key = (p["n_tile"], p["k_groups"])
             if key not in register_out:  # the plain register pipeline at this tile
-                y0 = cuda.launch(NAME, x8, one, {**p, "stages": 0, "unroll": 1, "prefetch": 0,
+                y0 = cuda.launch(NAME, x_pt, one, {**p, "stages": 0, "unroll": 1, "prefetch": 0,
                                                  "x_early": 0})
                 mx.eval(y0)
                 register_out[key] = y0
             row["exact_vs_register"] = bool(mx.array_equal(y, register_out[key]).item())
             row["ok"] = row.get("exact_vs_register", True) and row["rel_vs_stock"] < 2e-2
-            t = cold_us(lambda x, q, p=p: cuda.launch(NAME, x, q, p), x8)
+            t = cold_us(lambda x, q, p=p: cuda.launch(NAME, x, q, p), x_pt)
             row.update(us=t["us"], spread_us=[t["min_us"], t["max_us"]],
                        pct_ceiling=floor_us(point_m) / t["us"])
         except (ValueError, RuntimeError) as e:  # a tile that fails is a finding, not a stop

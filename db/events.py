@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from db.details import COLUMNS as DETAIL_COLUMNS
-from db.details import LAYOUTS, encode
+from db.details import encode
 from kernels.recorder import IMPLEMENTATIONS, ROLE_UNDER_TEST, ROLES
 
 CATEGORIES = (
@@ -178,8 +178,7 @@ def category_of(outcome: str, expectation: dict) -> str:
 
 # Column order of the row tuples `batch_rows` builds (``results.id`` is the database's). The
 # last three hold the result's measurements, selections and fingerprints as JSON
-# (`db.details`: one array per detail, its fields in `CHILD_COLUMNS` order).
-CHILD_COLUMNS = LAYOUTS
+# (`db.details`: one array per detail, its fields in `db.details.LAYOUTS` order).
 RESULT_COLUMNS = ("job_id", "nodeid", "test_id", "params", "outcome", "category", "expected",
                   "link", "reason", "duration", "message", "output", "time", "node", "host",
                   *DETAIL_COLUMNS.values())

@@ -31,7 +31,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
+import cuda_verify
 import mlx.core as mx
 
 from kernels import cuda
@@ -44,12 +46,12 @@ CUDA_TYPES = {"bfloat16": "__nv_bfloat16", "float16": "__half", "float32": "floa
 
 
 def table_tile(shape: str, dtype: str, m: int = 8) -> dict:
+    """The tile the table's sm_90 entry ships (its candidate where it selects stock)."""
     table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
-    for e in table["entries"]:
-        if (e["devices"] == ["sm_90"] and e["shapes"] == [shape] and e["dtypes"] == [dtype]
-                and int(e["M"]) == m):
-            return dict((e.get("candidate") or e)["params"])
-    raise LookupError(f"no sm_90 entry for {shape} {dtype} M={m}")
+    chosen = cuda_verify.table_choice(table, shape, dtype, m)
+    if chosen is None:
+        raise LookupError(f"no sm_90 entry for {shape} {dtype} M={m}")
+    return chosen[1]
 
 
 CASES = [("gate_up", 5120, 17408, "bfloat16"), ("down", 17408, 5120, "float16")]

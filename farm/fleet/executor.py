@@ -187,21 +187,17 @@ def start_all(node_ids: list[str], timeout: float = READY_S) -> None:
 def start(node_ids: list[str], timeout: float = READY_S) -> tuple[dict[str, object], str | None]:
     """For a driver that starts its own fleet on this host (the embedded fleet): executors of
     this driver's job, which end with it; node id -> handle, or ({}, why) when they did not
-    answer. Why bother: a driver whose job has a ``working_dir`` gets workers only after Ray's
-    runtime-env agent has set that up, 1.1-1.3 s a node on two cores against 0.6 s for a job
-    without one; an executor runs the staged tree where it lies, so the run's job needs none."""
+    answer (why: the module docstring)."""
     import ray
 
     actors = _create(node_ids)
-    try:
-        versions = ray.get([a.version.remote() for a in actors.values()], timeout=timeout)
-    except (ray.exceptions.RayError, TimeoutError) as e:
+    why = _unusable(actors, timeout)
+    if why:
         for a in actors.values():
             with contextlib.suppress(Exception):
                 ray.kill(a)
-        return {}, f"its executors did not start ({type(e).__name__}: {str(e).strip()[:200]})"
-    bad = sorted({v for v in versions if v != VERSION})
-    return (actors, None) if not bad else ({}, f"its executors speak protocol {bad}")
+        return {}, why
+    return actors, None
 
 
 def find(node_ids: list[str]) -> tuple[dict[str, object], str | None]:
@@ -216,15 +212,20 @@ def find(node_ids: list[str]) -> tuple[dict[str, object], str | None]:
     if not found:
         return {}, ("no executor on its nodes (a fleet started by an older checkout, or its "
                     "executors were stopped)")
+    why = _unusable(found, 10)
+    return ({}, why) if why else (found, None)
+
+
+def _unusable(actors: dict[str, object], timeout: float) -> str | None:
+    """Why these executors cannot serve this checkout's runs (None: they can)."""
+    import ray
+
     try:
-        versions = dict(zip(found, ray.get([a.version.remote() for a in found.values()],
-                                           timeout=10), strict=True))
+        versions = ray.get([a.version.remote() for a in actors.values()], timeout=timeout)
     except (ray.exceptions.RayError, TimeoutError) as e:
-        return {}, f"its executors did not answer ({type(e).__name__})"
-    bad = sorted({v for v in versions.values() if v != VERSION})
-    if bad:
-        return {}, f"its executors speak protocol {bad}, this checkout {VERSION}"
-    return found, None
+        return f"its executors did not answer ({type(e).__name__}: {str(e).strip()[:200]})"
+    bad = sorted({v for v in versions if v != VERSION})
+    return f"its executors speak protocol {bad}, this checkout {VERSION}" if bad else None
 
 
 def cancel(ref) -> None:
