@@ -16,21 +16,28 @@ from kernels import tiling
 from kernels.dispatch import dtype_name
 from kernels.qweights import QWeights
 from kernels.variants import VARIANTS
+from kernels.variants._cuda_common import launch_bounds_header
 
 
 def has_source(name: str) -> bool:
     return getattr(VARIANTS[name], "CUDA_SOURCE", None) is not None
 
 
+def kernel_header(name: str, threads: int, min_blocks: int) -> str:
+    """The header MLX compiles before the kernel's signature: the variant's, then the launch
+    bounds (``min_blocks`` > 0) that only a header can give (see ``launch_bounds_header``)."""
+    return VARIANTS[name].CUDA_HEADER + launch_bounds_header(threads, min_blocks)
+
+
 @functools.cache
-def _build(name: str):
-    v = VARIANTS[name]
+def _build(name: str, threads: int = 0, min_blocks: int = 0):
+    """One kernel object per header: MLX keys its compiled module by the whole source."""
     return mx.fast.cuda_kernel(
         name=f"dflash2_{name}",
         input_names=["x", "w", "scales", "biases"],
         output_names=["y"],
-        source=v.CUDA_SOURCE,
-        header=v.CUDA_HEADER,
+        source=VARIANTS[name].CUDA_SOURCE,
+        header=kernel_header(name, threads, min_blocks),
     )
 
 
@@ -47,6 +54,7 @@ class LaunchConfig:
     grid: int  # threads in all
     threads: int  # per block
     activation: str  # dtype the kernel reads x in and writes y in
+    min_blocks: int = 0  # __launch_bounds__(threads, min_blocks) when > 0 (kernel_header)
 
 
 def _mma_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
@@ -69,7 +77,12 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     want = int(p["unroll"])
     unroll = next(u for u in (4, 2, 1) if u <= want and group_steps % u == 0)
     stages, x_early = int(p.get("stages", 0)), int(p.get("x_early", 0))
+    l2_ahead, min_blocks = int(p.get("l2_ahead", 0)), int(p.get("min_blocks", 0))
     v = VARIANTS[name]
+    if l2_ahead and stages:
+        raise tiling.TilingError(
+            f"{name} does not tile M={m}, K={k}, N={n}, {dtype}, group_size={group_size} with "
+            f"{p}: l2_ahead is the register pipeline's (stages=0); the ring prefetches itself")
     ring = k_groups * stages * 32 * ((n_tile // 16) * v.RING_LANE_BYTES
                                      + x_early * -(-m // 8) * v.RING_LANE_X_BYTES)
     if ring > tiling.MEMORY["cuda"][0]:
@@ -79,9 +92,9 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     return LaunchConfig({"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups,
                          "UNROLL": unroll, "PREFETCH": bool(int(p["prefetch"])),
                          "STAGES": stages, "L2_PREFETCH": int(p.get("l2_prefetch", 128)),
-                         "X_EARLY": bool(x_early),
+                         "X_EARLY": bool(x_early), "L2_AHEAD": l2_ahead,
                          "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"},
-                        (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype)
+                        (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype, min_blocks)
 
 
 def _split_k_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
@@ -155,7 +168,7 @@ class Launcher:
         cfg = _launch_config(name, m, k, n, group_size, dtype_name(dtype), params)
         act = getattr(mx, cfg.activation)
         self.name = name
-        self.kernel = _build(name)
+        self.kernel = _build(name, cfg.threads, cfg.min_blocks) if cfg.min_blocks else _build(name)
         self.activation = act
         self.scales_dtype = act if VARIANTS[name].CUDA_LAYOUT in _SCALES_IN_ACTIVATION else None
         self.template = [("T", act), *cfg.template.items()]

@@ -28,11 +28,13 @@ class PtxasReport:
     smem_bytes: int
 
 
-def translation_unit(name: str, dtype: str, constants: dict) -> str:
+def translation_unit(name: str, dtype: str, constants: dict, header: str | None = None) -> str:
+    """``header``: what MLX gets as the kernel's header (``kernels.cuda.kernel_header``: the
+    variant's, plus any launch bounds); the variant's own when None."""
     v = VARIANTS[name]
     t = C_TYPES[dtype]
     lines = ["#include <cstdint>", "#include <cuda_bf16.h>", "#include <cuda_fp16.h>",
-             v.CUDA_HEADER,
+             v.CUDA_HEADER if header is None else header,
              (f'extern "C" __global__ void dflash2_{name}(const {t}* x, const uint32_t* w, '
               f"const {t}* scales, const {t}* biases, {t}* y) {{"), f"  using T = {t};"]
     for key, value in constants.items():
@@ -47,14 +49,14 @@ def nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
-def compile_sm90(name: str, dtype: str, constants: dict) -> PtxasReport:
+def compile_sm90(name: str, dtype: str, constants: dict, header: str | None = None) -> PtxasReport:
     """nvcc -arch=sm_90 -cubin; RuntimeError with nvcc's output when it does not compile."""
     exe = nvcc()
     if exe is None:
         raise RuntimeError("nvcc is not on PATH")
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.cu"
-        src.write_text(translation_unit(name, dtype, constants))
+        src.write_text(translation_unit(name, dtype, constants, header))
         r = subprocess.run([exe, "-arch=sm_90", "-cubin", "-O3", "--ptxas-options=-v",
                             str(src), "-o", str(Path(tmp) / "k.cubin")],
                            capture_output=True, text=True, timeout=300, check=False)

@@ -193,11 +193,14 @@ def test_every_sm90_table_kernel_compiles_for_sm90_without_spills():
         (shape,), (dtype,) = e["shapes"], e["dtypes"]
         k, n = shapes[shape]
         cfg = cuda.launch_config(e["variant"], e["M"], k, n, 64, dtype, e["params"])
-        key = (e["variant"], cfg.activation, tuple(sorted(cfg.template.items())))
+        key = (e["variant"], cfg.activation, tuple(sorted(cfg.template.items())),
+               cfg.min_blocks)
         if key in seen:
             continue
         seen.add(key)
-        rep = cuda_offline.compile_sm90(e["variant"], cfg.activation, cfg.template)
+        rep = cuda_offline.compile_sm90(e["variant"], cfg.activation, cfg.template,
+                                        cuda.kernel_header(e["variant"], cfg.threads,
+                                                           cfg.min_blocks))
         assert rep.registers > 0, (key, rep)
         assert rep.spill_bytes == KNOWN_SPILL_BYTES.get((e["variant"], shape), 0), (key, rep)
     assert len(seen) >= 5
@@ -234,3 +237,27 @@ def test_h200_result_file_ingests_as_a_real_device(tmp_path):
     blob = json.dumps(data)
     assert "sm_90" in blob and "NVIDIA H200" in blob
     assert '"emulated": true' not in blob
+
+
+@pytest.mark.skipif(cuda_offline.nvcc() is None, reason="nvcc is not on PATH")
+def test_min_blocks_caps_registers_and_l2_ahead_compiles():
+    """The launch bounds reach ptxas through the header MLX compiles (``kernel_header``): gate/up
+    at M=8 on the shipped tile takes 106 registers (4 blocks an SM, so its 544 blocks need 1.03
+    waves); with ``min_blocks`` 5 ptxas holds it to 96, so five 128-thread blocks fit an SM's
+    65536 registers. ``l2_ahead`` adds prefetches to the same body and must still compile."""
+    tile = {"n_tile": 32, "k_groups": 4, "unroll": 2, "prefetch": 0, "x_early": 1}
+
+    def regs(**extra):
+        cfg = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "bfloat16",
+                                 {**tile, **extra})
+        header = cuda.kernel_header("mma_weights_a", cfg.threads, cfg.min_blocks)
+        return cuda_offline.compile_sm90("mma_weights_a", cfg.activation, cfg.template,
+                                         header).registers
+
+    plain = regs()
+    bounded = regs(min_blocks=5)
+    assert plain > 96 >= bounded, (plain, bounded)
+    assert regs(l2_ahead=4) > 0 and regs(l2_ahead=2, prefetch=1, unroll=1) > 0
+    with pytest.raises(ValueError, match="register pipeline"):
+        cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "bfloat16",
+                           {**tile, "stages": 2, "unroll": 1, "l2_ahead": 2})

@@ -124,6 +124,31 @@ __device__ __forceinline__ void dflash2_cp_async_wait() {
 }
 """
 
+# A hint that brings the 128-byte line holding an address into L2: no destination register and
+# nothing waits on it, so the weight bytes of K steps a warp reaches later are in flight from
+# DRAM while it computes (sm_20+ PTX).
+L2_PREFETCH_HEADER = r"""
+__device__ __forceinline__ void dflash2_prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" :: "l"(p));
+}
+"""
+
+
+def launch_bounds_header(threads: int, min_blocks: int) -> str:
+    """Header text that gives the kernel ``__launch_bounds__(threads, min_blocks)``.
+
+    Why through the header: MLX writes the kernel's signature itself (``__global__ void
+    custom_kernel_<name>...(``, after the header, with no place for attributes), and in CUDA's own
+    headers ``__global__`` is a macro (``__location__(global)``). Redefined here, after MLX's
+    includes and before the signature, it applies to this kernel alone. The bound makes ptxas cap
+    registers so that ``min_blocks`` blocks of ``threads`` fit one SM; nothing else changes, so the
+    arithmetic (and the output, bit for bit) is that of the unbounded kernel."""
+    if min_blocks <= 0:
+        return ""
+    return (f"\n#undef __global__\n#define __global__ __location__(global) "
+            f"__launch_bounds__({int(threads)}, {int(min_blocks)})\n")
+
+
 # The split-K body shared by both K layouts. LAYOUT_CONTIGUOUS selects which words a lane owns.
 # Constants: M_ROWS, N_TILE, K_GROUPS, VEC, K, N, GS, LAYOUT_CONTIGUOUS; type T (activation).
 # One block per N_TILE output columns, K_GROUPS warps each reducing a contiguous K group.
