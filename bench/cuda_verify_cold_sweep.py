@@ -57,10 +57,11 @@ POINTS_2026_12_03 = {
              (16, 4, 1, 0, 4), (16, 2, 1, 0, 8), (64, 4, 1, 0, 2),
              (16, 8, 1, 0, 4, 256), (16, 4, 1, 0, 8, 256), (32, 4, 1, 0, 4, 256)],
 }
-# The next sweep: the best tiles of that run, activations loaded early (x_early) in both
-# pipelines, and for down the tiles with at least 132 blocks (64-column tiles leave 52 of the
-# 132 SMs idle when a launch runs alone).
-POINTS = {
+# The second set (2026-12-03 19:45 to 2026-12-04 15:25 UTC; the table's tiles were chosen from
+# it): the best tiles of that run, activations loaded early (x_early) in both pipelines, and for
+# down the tiles with at least 132 blocks (64-column tiles leave 52 of the 132 SMs idle when a
+# launch runs alone).
+POINTS_2026_12_04 = {
     "gate_up": [(32, 4, 2, 0, 0), (32, 4, 2, 0, 0, 128, 1), (32, 2, 2, 0, 0, 128, 1),
                 (32, 4, 1, 1, 0, 128, 1), (64, 2, 4, 0, 0), (16, 8, 2, 0, 0),
                 (16, 8, 2, 0, 0, 128, 1), (64, 4, 1, 0, 2), (64, 2, 1, 0, 2, 128, 1),
@@ -70,11 +71,37 @@ POINTS = {
              (32, 8, 1, 1, 0, 128, 1), (32, 8, 1, 0, 2), (16, 8, 1, 0, 4),
              (32, 4, 1, 0, 2, 128, 1), (16, 8, 1, 0, 2, 128, 1)],
 }
-KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_early")
+# The next sweep: the shipped tiles (M=8 and M=16) with the two levers that keep the arithmetic,
+# so each point must equal its tile's plain register pipeline bit for bit: ``l2_ahead`` (L2
+# prefetch D K steps ahead of the loads) and ``min_blocks`` (launch bounds: gate/up's 544 blocks
+# in one wave at 5 blocks an SM; M=16's 149 registers held to 128 at 4). A dict adds keys to
+# the tuple's tile.
+GU, DN = (32, 4, 2, 0, 0, 128, 1), (16, 8, 2, 0, 0, 128, 1)
+DN32, DN32_4 = (32, 8, 2, 0, 0, 128, 1), (32, 4, 2, 0, 0, 128, 1)
+POINTS = {
+    "gate_up": [GU, (GU, {"l2_ahead": 2}), (GU, {"l2_ahead": 4}), (GU, {"l2_ahead": 8}),
+                (GU, {"min_blocks": 5}), (GU, {"min_blocks": 5, "l2_ahead": 4}),
+                (GU, {"min_blocks": 4}), (GU, {"min_blocks": 4, "l2_ahead": 4}),
+                ((16, 8, 2, 0, 0, 128, 1), {"l2_ahead": 4}),
+                ((32, 4, 1, 1, 0, 128, 1), {"l2_ahead": 4})],
+    "down": [DN, (DN, {"l2_ahead": 2}), (DN, {"l2_ahead": 4}), (DN, {"l2_ahead": 8}),
+             DN32, (DN32, {"l2_ahead": 4}), DN32_4,
+             (DN32_4, {"l2_ahead": 4, "min_blocks": 4}),
+             ((16, 4, 2, 0, 0, 128, 1), {"l2_ahead": 4}),
+             ((16, 8, 1, 1, 0, 128, 1), {"l2_ahead": 4})],
+}
+KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_early",
+        "l2_ahead", "min_blocks")
+KEY_DEFAULTS = (128, 0, 0, 0)  # l2_prefetch, x_early, l2_ahead, min_blocks when a tuple stops
 
 
 def as_params(pt) -> dict:
-    return dict(zip(KEYS, (*pt, 128, 0)[:len(KEYS)], strict=True))
+    """A point: a tuple in KEYS order (the later keys default), or (tuple, {key: value})."""
+    extra = {}
+    if len(pt) == 2 and isinstance(pt[1], dict):
+        pt, extra = pt
+    p = dict(zip(KEYS, (*pt, *KEY_DEFAULTS[len(pt) - 5:])[:len(KEYS)], strict=True))
+    return {**p, **extra}
 
 
 def rel_max(a: mx.array, b: mx.array) -> float:
@@ -132,7 +159,8 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
             key = (p["n_tile"], p["k_groups"])
             if key not in register_out:  # the plain register pipeline at this tile
                 y0 = cuda.launch(NAME, x_pt, one, {**p, "stages": 0, "unroll": 1, "prefetch": 0,
-                                                 "x_early": 0})
+                                                 "x_early": 0, "l2_ahead": 0,
+                                                 "min_blocks": 0})
                 mx.eval(y0)
                 register_out[key] = y0
             row["exact_vs_register"] = bool(mx.array_equal(y, register_out[key]).item())
@@ -308,8 +336,8 @@ def main(argv=None) -> int:
                          "it first, in its own process, so a faulting ring cannot take the "
                          "sweep's CUDA context down with it")
     ap.add_argument("--no-ring", action="store_true", help="register-pipeline tiles only")
-    ap.add_argument("--points", choices=("next", "2026-12-03"), default="next",
-                    help="the tiles to sweep: the next set (default) or the first run's")
+    ap.add_argument("--points", choices=("next", "2026-12-04", "2026-12-03"), default="next",
+                    help="the tiles to sweep: the next set (default) or an earlier run's")
     ap.add_argument("--chain", action="store_true",
                     help="also time the chosen tiles and stock in a chain of dependent launches "
                          "(alone_*: what a model's sequence of projections sees; the batched "
@@ -319,9 +347,10 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=96)
     ap.add_argument("--reps", type=int, default=7)
     args = ap.parse_args(argv)
-    if args.points == "2026-12-03":
+    if args.points != "next":
         POINTS.clear()
-        POINTS.update(POINTS_2026_12_03)
+        POINTS.update({"2026-12-03": POINTS_2026_12_03,
+                       "2026-12-04": POINTS_2026_12_04}[args.points])
     if args.smoke:
         return smoke()
     if args.no_ring:
