@@ -222,7 +222,8 @@ case "$cmd" in
   coldsweep)
     shift
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-    mkdir -p /tmp/h200res
+    out="${SWEEP_OUT:-/tmp/h200res}"  # a sweep per M: each its own folder (choose reads all)
+    mkdir -p "$out"
     status=0
     # The ring tiles first in a process of their own: if they fault or differ, sweep without.
     ring=""
@@ -230,9 +231,10 @@ case "$cmd" in
       timeout 120 python3 bench/cuda_verify_cold_sweep.py --out /tmp/h200res --smoke 2>&1 \
         | tee /tmp/h200res/cuda_verify_cold_sweep_smoke.log || ring="--no-ring";;
     esac
-    timeout "${BENCH_TIMEOUT:-420}" python3 bench/cuda_verify_cold_sweep.py --out /tmp/h200res \
-      $ring "$@" 2>&1 | tee /tmp/h200res/cuda_verify_cold_sweep.log || status=$?
-    cp /tmp/h200res/cuda_verify_cold_sweep.* "$OUT"/
+    timeout "${BENCH_TIMEOUT:-420}" python3 bench/cuda_verify_cold_sweep.py --out "$out" \
+      $ring "$@" 2>&1 | tee "$out/cuda_verify_cold_sweep.log" || status=$?
+    mkdir -p "$OUT/${out#/tmp/h200res}"
+    cp "$out"/cuda_verify_cold_sweep.* "$OUT/${out#/tmp/h200res}"/
     exit $status
     ;;
   ncucold)
@@ -255,8 +257,10 @@ case "$cmd" in
     ;;
   choose)
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+    # COLD_SWEEPS: the sweeps' JSONs, comma-separated (one per M swept)
     python3 scripts/regen_sm90_table.py --choose-from-ncu "$OUT/ncu_cold.csv" \
-      --cold-sweep /tmp/h200res/cuda_verify_cold_sweep.json --table kernels/selection_table.json \
+      --cold-sweep "${COLD_SWEEPS:-/tmp/h200res/cuda_verify_cold_sweep.json}" \
+      --table kernels/selection_table.json \
       --out /tmp/h200res/chosen_table.json --choice-out /tmp/h200res/tile_choice.json \
       2>&1 | tee "$OUT/choose.log"
     cp "$OUT/ncu_cold.csv" "$OUT/ncu_cold.md" /tmp/h200res/ 2>/dev/null || true
