@@ -93,6 +93,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                          "UNROLL": unroll, "PREFETCH": bool(int(p["prefetch"])),
                          "STAGES": stages, "L2_PREFETCH": int(p.get("l2_prefetch", 128)),
                          "X_EARLY": bool(x_early), "L2_AHEAD": l2_ahead,
+                         "LD_POLICY": int(p.get("ld_policy", 0)),
                          "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"},
                         (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype, min_blocks)
 

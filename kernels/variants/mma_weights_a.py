@@ -33,6 +33,9 @@ flight from DRAM that hold no register while the warp computes; the loads then h
 ``min_blocks`` = B > 0 gives the kernel ``__launch_bounds__(32 * k_groups, B)``: ptxas caps its
 registers so B blocks fit an SM (gate/up at M=8: 106 registers allow 4 blocks, so its 544
 blocks need 1.03 waves; capped at 96 registers, 5 blocks hold them in one).
+``ld_policy`` (register pipeline's loads; ``_cuda_common.LOAD_POLICY_HEADER``) keeps the
+weights out of L1 and the activations in it: every block re-reads all of x (M x K), which at
+M=16 is more L2 traffic than the weights themselves.
 
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
@@ -43,14 +46,16 @@ import mlx.core as mx
 
 from kernels.qweights import QWeights
 from kernels.tiling import Tiling
-from kernels.variants._cuda_common import CP_ASYNC_HEADER, L2_PREFETCH_HEADER, MMA_HEADER
+from kernels.variants._cuda_common import (CP_ASYNC_HEADER, L2_PREFETCH_HEADER,
+                                           LOAD_POLICY_HEADER, MMA_HEADER)
 from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 from kernels.variants._portable import split_k
 
 NAME = "mma_weights_a"
 ROWS = None  # 1..16
 DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0, "stages": 0,
-            "l2_prefetch": 128, "x_early": 0, "l2_ahead": 0, "min_blocks": 0}
+            "l2_prefetch": 128, "x_early": 0, "l2_ahead": 0, "min_blocks": 0,
+            "ld_policy": 0}
 METAL_SOURCE = None
 HEADER = ""
 CUDA_LAYOUT = "mma_weights_a"
@@ -64,7 +69,8 @@ CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"
                      param_choices=(("prefetch", (0, 1)), ("stages", (0, 2, 3, 4, 5, 6, 8)),
                                     ("l2_prefetch", (128, 256)), ("x_early", (0, 1)),
                                     ("l2_ahead", (0, 2, 4, 8)),
-                                    ("min_blocks", (0, 2, 3, 4, 5, 6))),
+                                    ("min_blocks", (0, 2, 3, 4, 5, 6)),
+                                    ("ld_policy", (0, 1, 2, 3))),
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
 
@@ -130,7 +136,8 @@ CUDA_SOURCE = r"""
       const int row = 8 * mt + g;
       const uint4* xp = reinterpret_cast<const uint4*>(x + row * K + step * 128 + 32 * t);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) xa[mt][i] = row < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
+      for (int i = 0; i < 4; ++i)
+        xa[mt][i] = row < M_ROWS ? dflash2_ld_x<LD_POLICY>(xp + i) : make_uint4(0, 0, 0, 0);
     }
   };
   // One K step's math: per word 2 dequantized A tiles per column tile and 2 mma per activation
@@ -270,7 +277,7 @@ CUDA_SOURCE = r"""
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int n = n_base + 16 * c + g + 8 * h;
-            b.wq[u][c][h] = __ldcs(reinterpret_cast<const uint4*>(w32 + n * WORDS + word));
+            b.wq[u][c][h] = dflash2_ld_w<LD_POLICY>(w32 + n * WORDS + word);
             const uint32_t sv = s16[n * ROW_GROUPS + grp], bv = b16[n * ROW_GROUPS + grp];
             b.sc[u][c][h] = sv | (sv << 16);
             b.bi[u][c][h] = bv | (bv << 16);
@@ -366,7 +373,8 @@ CUDA_SOURCE = r"""
     y[m * N + n_base + col] = static_cast<T>(total);
   }
 """
-CUDA_HEADER = _CUDA_HEADER + MMA_HEADER + CP_ASYNC_HEADER + L2_PREFETCH_HEADER + r"""
+CUDA_HEADER = (_CUDA_HEADER + MMA_HEADER + CP_ASYNC_HEADER + L2_PREFETCH_HEADER
+               + LOAD_POLICY_HEADER + r"""
 // Nibbles 0 and 4 of ``bits`` as two dequantized activation-type values, low and high:
 // OR-ing a nibble into the mantissa of 1024 (fp16) or 128 (bf16) gives 1024 + q or 128 + q
 // exactly, the subtraction is exact, and the FMA rounds scale * q + bias once.
@@ -391,7 +399,7 @@ __device__ __forceinline__ uint32_t dflash2_dequant_pair(uint32_t bits, uint32_t
   }
   return out;
 }
-"""
+""")
 
 
 def portable(x: mx.array, qw: QWeights, params: dict) -> mx.array:
