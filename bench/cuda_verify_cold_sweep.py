@@ -71,43 +71,22 @@ POINTS_2026_12_04 = {
              (32, 8, 1, 1, 0, 128, 1), (32, 8, 1, 0, 2), (16, 8, 1, 0, 4),
              (32, 4, 1, 0, 2, 128, 1), (16, 8, 1, 0, 2, 128, 1)],
 }
-# The third set (2026-12-04 17:14-17:20 UTC, bench/results/h200/levers_*): the shipped tiles
-# (M=8 and M=16) with two levers that keep the arithmetic, so each point must equal its tile's
-# plain register pipeline bit for bit: ``l2_ahead`` (L2 prefetch D K steps ahead of the loads)
-# and ``min_blocks`` (launch bounds: gate/up's 544 blocks in one wave at 5 blocks an SM; M=16's
-# 149 registers held to 128 at 4). A dict adds keys to the tuple's tile.
+# Two more sets ran on 2026-12-04 and are kept only as records, with the code they needed
+# (removed after: neither moved the time; docs/KERNELS.md): at ebc2480, the shipped tiles with
+# ``l2_ahead`` (an L2 prefetch of the weights D K steps ahead) and ``min_blocks`` (launch
+# bounds), bench/results/h200/levers_*; at 8ed1b86, load cache policies (weights kept out of L1,
+# activations in it), bench/results/h200/ldpolicy_*.
+# The next sweep: the shipped tiles with ``min_blocks`` (gate/up's 544 blocks in one wave at 5
+# blocks an SM: 0.6-1.0 us faster alone in both runs). A dict adds keys to the tuple's tile.
 GU, DN = (32, 4, 2, 0, 0, 128, 1), (16, 8, 2, 0, 0, 128, 1)
-DN32, DN32_4 = (32, 8, 2, 0, 0, 128, 1), (32, 4, 2, 0, 0, 128, 1)
-POINTS_LEVERS = {
-    "gate_up": [GU, (GU, {"l2_ahead": 2}), (GU, {"l2_ahead": 4}), (GU, {"l2_ahead": 8}),
-                (GU, {"min_blocks": 5}), (GU, {"min_blocks": 5, "l2_ahead": 4}),
-                (GU, {"min_blocks": 4}), (GU, {"min_blocks": 4, "l2_ahead": 4}),
-                ((16, 8, 2, 0, 0, 128, 1), {"l2_ahead": 4}),
-                ((32, 4, 1, 1, 0, 128, 1), {"l2_ahead": 4})],
-    "down": [DN, (DN, {"l2_ahead": 2}), (DN, {"l2_ahead": 4}), (DN, {"l2_ahead": 8}),
-             DN32, (DN32, {"l2_ahead": 4}), DN32_4,
-             (DN32_4, {"l2_ahead": 4, "min_blocks": 4}),
-             ((16, 4, 2, 0, 0, 128, 1), {"l2_ahead": 4}),
-             ((16, 8, 1, 1, 0, 128, 1), {"l2_ahead": 4})],
-}
-# The next sweep: load cache policies (``ld_policy``: weights kept out of L1, activations kept in
-# it). Every block re-reads all of x from L2 (M x K x 2 bytes: 544 gate/up blocks at M=16 read
-# 89 MB of x against 50 MB of weights), and the levers above (L2 prefetch of the weights, more
-# blocks an SM) did not move the time: so L1 for x.
-GU0, GU16 = (32, 4, 2, 0, 0, 128, 0), (16, 8, 2, 0, 0, 128, 1)
 POINTS = {
-    "gate_up": [GU, (GU, {"ld_policy": 1}), (GU, {"ld_policy": 2}), (GU, {"ld_policy": 3}),
-                (GU, {"ld_policy": 1, "min_blocks": 5}), (GU0, {"ld_policy": 1}),
-                (GU16, {"ld_policy": 1}), ((64, 4, 2, 0, 0, 128, 1), {"ld_policy": 1}),
-                ((32, 2, 2, 0, 0, 128, 1), {"ld_policy": 1})],
-    "down": [DN, (DN, {"ld_policy": 1}), (DN, {"ld_policy": 2}), (DN, {"ld_policy": 3}),
-             DN32, (DN32, {"ld_policy": 1}), (DN32_4, {"ld_policy": 1}),
-             ((16, 4, 2, 0, 0, 128, 1), {"ld_policy": 1}),
-             ((16, 8, 2, 0, 0, 128, 0), {"ld_policy": 1})],
+    "gate_up": [GU, (GU, {"min_blocks": 5}), ((32, 4, 2, 0, 0, 128, 0), {"min_blocks": 5}),
+                ((16, 8, 2, 0, 0, 128, 1), {"min_blocks": 3})],
+    "down": [DN, (DN, {"min_blocks": 3}), ((32, 8, 2, 0, 0, 128, 1), {"min_blocks": 3})],
 }
 KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_early",
-        "l2_ahead", "min_blocks", "ld_policy")
-KEY_DEFAULTS = (128, 0, 0, 0, 0)  # l2_prefetch, x_early, l2_ahead, min_blocks, ld_policy
+        "min_blocks")
+KEY_DEFAULTS = (128, 0, 0)  # l2_prefetch, x_early, min_blocks when a tuple stops short
 
 
 def as_params(pt) -> dict:
@@ -174,8 +153,7 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
             key = (p["n_tile"], p["k_groups"])
             if key not in register_out:  # the plain register pipeline at this tile
                 y0 = cuda.launch(NAME, x_pt, one, {**p, "stages": 0, "unroll": 1, "prefetch": 0,
-                                                 "x_early": 0, "l2_ahead": 0,
-                                                 "min_blocks": 0, "ld_policy": 0})
+                                                 "x_early": 0, "min_blocks": 0})
                 mx.eval(y0)
                 register_out[key] = y0
             row["exact_vs_register"] = bool(mx.array_equal(y, register_out[key]).item())
@@ -351,8 +329,7 @@ def main(argv=None) -> int:
                          "it first, in its own process, so a faulting ring cannot take the "
                          "sweep's CUDA context down with it")
     ap.add_argument("--no-ring", action="store_true", help="register-pipeline tiles only")
-    ap.add_argument("--points", choices=("next", "levers", "2026-12-04", "2026-12-03"),
-                    default="next",
+    ap.add_argument("--points", choices=("next", "2026-12-04", "2026-12-03"), default="next",
                     help="the tiles to sweep: the next set (default) or an earlier run's")
     ap.add_argument("--chain", action="store_true",
                     help="also time the chosen tiles and stock in a chain of dependent launches "
@@ -365,8 +342,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.points != "next":
         POINTS.clear()
-        POINTS.update({"2026-12-03": POINTS_2026_12_03, "2026-12-04": POINTS_2026_12_04,
-                       "levers": POINTS_LEVERS}[args.points])
+        POINTS.update({"2026-12-03": POINTS_2026_12_03,
+                       "2026-12-04": POINTS_2026_12_04}[args.points])
     if args.smoke:
         return smoke()
     if args.no_ring:

@@ -77,12 +77,8 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     want = int(p["unroll"])
     unroll = next(u for u in (4, 2, 1) if u <= want and group_steps % u == 0)
     stages, x_early = int(p.get("stages", 0)), int(p.get("x_early", 0))
-    l2_ahead, min_blocks = int(p.get("l2_ahead", 0)), int(p.get("min_blocks", 0))
+    min_blocks = int(p.get("min_blocks", 0))
     v = VARIANTS[name]
-    if l2_ahead and stages:
-        raise tiling.TilingError(
-            f"{name} does not tile M={m}, K={k}, N={n}, {dtype}, group_size={group_size} with "
-            f"{p}: l2_ahead is the register pipeline's (stages=0); the ring prefetches itself")
     ring = k_groups * stages * 32 * ((n_tile // 16) * v.RING_LANE_BYTES
                                      + x_early * -(-m // 8) * v.RING_LANE_X_BYTES)
     if ring > tiling.MEMORY["cuda"][0]:
@@ -92,8 +88,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     return LaunchConfig({"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups,
                          "UNROLL": unroll, "PREFETCH": bool(int(p["prefetch"])),
                          "STAGES": stages, "L2_PREFETCH": int(p.get("l2_prefetch", 128)),
-                         "X_EARLY": bool(x_early), "L2_AHEAD": l2_ahead,
-                         "LD_POLICY": int(p.get("ld_policy", 0)),
+                         "X_EARLY": bool(x_early),
                          "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"},
                         (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype, min_blocks)
 

@@ -124,50 +124,6 @@ __device__ __forceinline__ void dflash2_cp_async_wait() {
 }
 """
 
-# A hint that brings the 128-byte line holding an address into L2: no destination register and
-# nothing waits on it, so the weight bytes of K steps a warp reaches later are in flight from
-# DRAM while it computes (sm_20+ PTX).
-L2_PREFETCH_HEADER = r"""
-__device__ __forceinline__ void dflash2_prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];\n" :: "l"(p));
-}
-"""
-
-# The register pipeline's 16-byte loads under a cache policy (``ld_policy``): the weights are
-# read once and the activations by every block, so L1 is better spent on the activations.
-#   0: weights ``ld.global.cs`` (streaming), activations a plain load (L1 as the hardware likes);
-#   1: weights ``L1::no_allocate`` (L2 only), activations ``ld.global.nc.L1::evict_last``;
-#   2: as 1, the weights with an ``L2::256B`` fetch-size hint;
-#   3: weights ``ld.global.cs``, activations ``ld.global.nc.L1::evict_last``.
-LOAD_POLICY_HEADER = r"""
-template <int POLICY>
-__device__ __forceinline__ uint4 dflash2_ld_w(const void* p) {
-  uint4 v;
-  if constexpr (POLICY == 1) {
-    asm volatile("ld.global.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  } else if constexpr (POLICY == 2) {
-    asm volatile("ld.global.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  } else {
-    v = __ldcs(reinterpret_cast<const uint4*>(p));
-  }
-  return v;
-}
-template <int POLICY>
-__device__ __forceinline__ uint4 dflash2_ld_x(const void* p) {
-  uint4 v;
-  if constexpr (POLICY == 0) {
-    v = *reinterpret_cast<const uint4*>(p);
-  } else {
-    asm volatile("ld.global.nc.L1::evict_last.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  }
-  return v;
-}
-"""
-
-
 def launch_bounds_header(threads: int, min_blocks: int) -> str:
     """Header text that gives the kernel ``__launch_bounds__(threads, min_blocks)``.
 

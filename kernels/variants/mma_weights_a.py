@@ -26,16 +26,10 @@ back only the chunks it copied, so the ring needs no barrier. The math, and so t
 is the same as with ``stages`` = 0. ``x_early`` = 1 loads each K step's activations with its
 weights (into the register batch, or through the ring) instead of just before the step's math.
 
-Two levers that leave the arithmetic, and so the output bit for bit, as it is:
-``l2_ahead`` = D > 0 (register pipeline only) issues, with each batch's loads, an L2 prefetch of
-the warp's weight rows D K steps ahead (and of its scale and bias lines at the start): bytes in
-flight from DRAM that hold no register while the warp computes; the loads then hit L2.
 ``min_blocks`` = B > 0 gives the kernel ``__launch_bounds__(32 * k_groups, B)``: ptxas caps its
 registers so B blocks fit an SM (gate/up at M=8: 106 registers allow 4 blocks, so its 544
-blocks need 1.03 waves; capped at 96 registers, 5 blocks hold them in one).
-``ld_policy`` (register pipeline's loads; ``_cuda_common.LOAD_POLICY_HEADER``) keeps the
-weights out of L1 and the activations in it: every block re-reads all of x (M x K), which at
-M=16 is more L2 traffic than the weights themselves.
+blocks need 1.03 waves; capped at 96 registers, 5 blocks hold them in one). It leaves the
+arithmetic, and so the output bit for bit, as it is.
 
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
@@ -46,16 +40,14 @@ import mlx.core as mx
 
 from kernels.qweights import QWeights
 from kernels.tiling import Tiling
-from kernels.variants._cuda_common import (CP_ASYNC_HEADER, L2_PREFETCH_HEADER,
-                                           LOAD_POLICY_HEADER, MMA_HEADER)
+from kernels.variants._cuda_common import CP_ASYNC_HEADER, MMA_HEADER
 from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 from kernels.variants._portable import split_k
 
 NAME = "mma_weights_a"
 ROWS = None  # 1..16
 DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0, "stages": 0,
-            "l2_prefetch": 128, "x_early": 0, "l2_ahead": 0, "min_blocks": 0,
-            "ld_policy": 0}
+            "l2_prefetch": 128, "x_early": 0, "min_blocks": 0}
 METAL_SOURCE = None
 HEADER = ""
 CUDA_LAYOUT = "mma_weights_a"
@@ -68,9 +60,7 @@ CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"
                      group_multiple=32, positive=("n_tile", "k_groups", "unroll"),
                      param_choices=(("prefetch", (0, 1)), ("stages", (0, 2, 3, 4, 5, 6, 8)),
                                     ("l2_prefetch", (128, 256)), ("x_early", (0, 1)),
-                                    ("l2_ahead", (0, 2, 4, 8)),
-                                    ("min_blocks", (0, 2, 3, 4, 5, 6)),
-                                    ("ld_policy", (0, 1, 2, 3))),
+                                    ("min_blocks", (0, 2, 3, 4, 5, 6))),
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
 
@@ -80,8 +70,7 @@ CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"
 RING_LANE_BYTES = 2 * (16 + 4 + 4)
 RING_LANE_X_BYTES = 4 * 16
 
-# Constants: L2_AHEAD (K steps between a batch's loads and the L2 prefetch issued with them;
-# 0: none), M_ROWS (<= 16), COL_TILES (16-column tiles a warp owns: n_tile / 16), K_GROUPS,
+# Constants: M_ROWS (<= 16), COL_TILES (16-column tiles a warp owns: n_tile / 16), K_GROUPS,
 # UNROLL (K steps of 128 whose loads go out together), PREFETCH, STAGES (0: the register
 # pipeline of UNROLL / PREFETCH; >= 2: the cp.async ring), L2_PREFETCH (the ring's L2
 # prefetch hint, 128 or 256 bytes), X_EARLY (activations loaded with the weights: in the
@@ -136,8 +125,7 @@ CUDA_SOURCE = r"""
       const int row = 8 * mt + g;
       const uint4* xp = reinterpret_cast<const uint4*>(x + row * K + step * 128 + 32 * t);
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        xa[mt][i] = row < M_ROWS ? dflash2_ld_x<LD_POLICY>(xp + i) : make_uint4(0, 0, 0, 0);
+      for (int i = 0; i < 4; ++i) xa[mt][i] = row < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
     }
   };
   // One K step's math: per word 2 dequantized A tiles per column tile and 2 mma per activation
@@ -277,29 +265,12 @@ CUDA_SOURCE = r"""
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int n = n_base + 16 * c + g + 8 * h;
-            b.wq[u][c][h] = dflash2_ld_w<LD_POLICY>(w32 + n * WORDS + word);
+            b.wq[u][c][h] = __ldcs(reinterpret_cast<const uint4*>(w32 + n * WORDS + word));
             const uint32_t sv = s16[n * ROW_GROUPS + grp], bv = b16[n * ROW_GROUPS + grp];
             b.sc[u][c][h] = sv | (sv << 16);
             b.bi[u][c][h] = bv | (bv << 16);
           }
         if constexpr (X_EARLY) load_x(b.xa[u], step);
-      }
-    };
-    // L2_AHEAD: with the loads of steps [s0, s0 + UNROLL), a prefetch into L2 of the same rows
-    // L2_AHEAD steps later. Lane (g, t) covers rows t, t + 4, ... of the 2 * COL_TILES a g owns;
-    // a 128-byte line holds two steps of a row, so one prefetch per line.
-    auto prefetch_rows = [&](int s_from, int s_to) {
-      if constexpr (L2_AHEAD > 0) {
-        s_to = s_to < GROUP_STEPS ? s_to : GROUP_STEPS;
-#pragma unroll
-        for (int r = t; r < CT2; r += 4) {
-          const int n = n_base + 16 * (r >> 1) + g + 8 * (r & 1);
-          for (int s = s_from; s < s_to; ++s) {
-            const int step = warp * GROUP_STEPS + s;
-            if (s == s_from || (step & 1) == 0)
-              dflash2_prefetch_l2(w32 + n * WORDS + step * 16);
-          }
-        }
       }
     };
     auto compute = [&](const Batch& b, int s0) {
@@ -318,36 +289,14 @@ CUDA_SOURCE = r"""
     // registers), so a warp never waits on memory with nothing to do.
     Batch cur;
     load(cur, 0);
-    if constexpr (L2_AHEAD > 0) {
-      // The warp's scale and bias lines (each row's groups of this K group: first and last),
-      // then the steps no batch's prefetch covers, [UNROLL, L2_AHEAD).
-      constexpr int G0 = 0, G1 = GROUP_STEPS * 128 / GS - 1;
-#pragma unroll
-      for (int r = t; r < CT2; r += 4) {
-        const int n = n_base + 16 * (r >> 1) + g + 8 * (r & 1);
-        const int first = n * ROW_GROUPS + warp * (GROUP_STEPS * 128 / GS);
-        dflash2_prefetch_l2(s16 + first + G0);
-        dflash2_prefetch_l2(s16 + first + G1);
-        dflash2_prefetch_l2(b16 + first + G0);
-        dflash2_prefetch_l2(b16 + first + G1);
-      }
-      prefetch_rows(UNROLL, L2_AHEAD);
-      prefetch_rows(L2_AHEAD, L2_AHEAD + UNROLL);
-    }
     for (int s0 = 0; s0 < GROUP_STEPS; s0 += UNROLL) {
       if constexpr (PREFETCH) {
         Batch nxt;
-        if (s0 + UNROLL < GROUP_STEPS) {
-          load(nxt, s0 + UNROLL);
-          prefetch_rows(s0 + UNROLL + L2_AHEAD, s0 + 2 * UNROLL + L2_AHEAD);
-        }
+        if (s0 + UNROLL < GROUP_STEPS) load(nxt, s0 + UNROLL);
         compute(cur, s0);
         cur = nxt;
       } else {
-        if (s0) {
-          load(cur, s0);
-          prefetch_rows(s0 + L2_AHEAD, s0 + UNROLL + L2_AHEAD);
-        }
+        if (s0) load(cur, s0);
         compute(cur, s0);
       }
     }
@@ -373,8 +322,7 @@ CUDA_SOURCE = r"""
     y[m * N + n_base + col] = static_cast<T>(total);
   }
 """
-CUDA_HEADER = (_CUDA_HEADER + MMA_HEADER + CP_ASYNC_HEADER + L2_PREFETCH_HEADER
-               + LOAD_POLICY_HEADER + r"""
+CUDA_HEADER = _CUDA_HEADER + MMA_HEADER + CP_ASYNC_HEADER + r"""
 // Nibbles 0 and 4 of ``bits`` as two dequantized activation-type values, low and high:
 // OR-ing a nibble into the mantissa of 1024 (fp16) or 128 (bf16) gives 1024 + q or 128 + q
 // exactly, the subtraction is exact, and the FMA rounds scale * q + bias once.
@@ -399,7 +347,7 @@ __device__ __forceinline__ uint32_t dflash2_dequant_pair(uint32_t bits, uint32_t
   }
   return out;
 }
-""")
+"""
 
 
 def portable(x: mx.array, qw: QWeights, params: dict) -> mx.array:
