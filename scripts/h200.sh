@@ -146,6 +146,15 @@
 #      BENCH_TIMEOUT=200 coldsweep --no-ring --point-m 16 --ms 16 --chain --dtypes bfloat16
 #        --budget-s 120; NCU_LIGHT=1 NCU_TIMEOUT=110 ncucold --points --no-ring --ms 16 --reps 2
 #   -> bench/results/h200/row_split_experiment_* (docs/KERNELS.md, "Over M")
+# The levers runs (2026-12-04; device ~880 s in all, two machines' starts included):
+#   at ebc2480 (l2_ahead, min_blocks): run (carry .whl/p1) stage; run (carry .whl/p2) stage,
+#     install, BENCH_TIMEOUT=230 coldsweep --no-ring --ms 8 --budget-s 170 --reps 5 --batch 64;
+#     SWEEP_OUT=/tmp/h200res/m16 BENCH_TIMEOUT=230 coldsweep --no-ring --point-m 16 --ms 16
+#     --budget-s 170 --reps 5 --batch 64; then at once NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16
+#     NCU_TIMEOUT=420 ncucold --points --no-ring --ms 8,16 --reps 2; COLD_SWEEPS=<both sweeps'
+#     JSON> choose  -> bench/results/h200/levers_*
+#   at 8ed1b86 (ld_policy): the same with --budget-s 110 / 80 (the M=16 sweep bf16 only),
+#     --reps 3 --batch 48 and ncucold --reps 1  -> bench/results/h200/ldpolicy_*
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"
