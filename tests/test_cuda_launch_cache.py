@@ -225,18 +225,19 @@ def test_traced_weights_are_launched_but_not_kept(standin):
 
 
 def test_lazy_weights_are_evaluated_before_they_are_captured(standin):
-    """A captured array still lazy would have its graph (here the quantization, or the scales
-    conversion) replayed on every launch; evaluated first, the replay holds only the kernel."""
+    """A captured array still lazy would have its graph (the quantization, or the scales
+    conversion) replayed on every launch; evaluated first, the replay holds only the kernel:
+    the same operations as on weights evaluated beforehand in the activation dtype."""
+    graphs = {}
     for dtype in (mx.bfloat16, mx.float16):  # fp16: scales converted from bf16 at first launch
         x = _x(dtype=dtype)
         mx.eval(x)
         ready = _weights(mx.bfloat16)
         mx.eval(ready.wq, ready.scales, ready.biases)
-        graphs = []
-        for qw in (ready, _weights(mx.bfloat16)):
+        for label, qw in (("ready", ready), ("lazy", _weights(mx.bfloat16))):
             cuda.launch(NAME, x, qw, PARAMS)
-            graphs.append(_graph_ops(cuda.launch(NAME, x, qw, PARAMS)))
-        assert graphs[1] == graphs[0]
+            graphs[label, dtype] = _graph_ops(cuda.launch(NAME, x, qw, PARAMS))
+    assert all(g == graphs["ready", mx.bfloat16] for g in graphs.values()), graphs
 
 
 def test_a_shape_that_cannot_tile_is_refused_before_anything_is_built(standin):
