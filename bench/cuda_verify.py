@@ -198,7 +198,9 @@ def stock(x, wq, s, b):
 
 def custom_fn(name: str, params: dict):
     """The custom launch as a function of arrays, for ``mx.compile`` (QWeights is built only
-    while the compiled function traces)."""
+    while the compiled function traces). The weights are that function's inputs, so
+    ``cuda.launch`` sees tracers: it keeps nothing and its kernel call is recorded into the
+    caller's graph, which replays it with each copy's arrays."""
     def f(x, wq, s, b):
         return cuda.launch(name, x, QWeights(wq, s, b, GS, BITS), params)
     return f
@@ -206,7 +208,9 @@ def custom_fn(name: str, params: dict):
 
 def paths_for(name: str, params: dict) -> dict:
     """The four timed paths, each a function of (x, weights). Eager custom is called the way
-    the runtime calls it: ``cuda.launch`` on the layer's QWeights, made once at load."""
+    the runtime calls it: ``cuda.launch`` on the layer's QWeights, made once at load (each
+    weights' launch captured and traced on its first call, in the timings' warm-up rounds,
+    then replayed)."""
     stock_c, custom_c = mx.compile(stock), mx.compile(custom_fn(name, params))
     return {"stock_eager": lambda x, q: stock(x, q.wq, q.scales, q.biases),
             "stock_compiled": lambda x, q: stock_c(x, q.wq, q.scales, q.biases),

@@ -19,7 +19,8 @@ class QWeights:
     # dtype -> these weights with scales and biases in that dtype, made once (``in_dtype``)
     _as: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # what a kernel back-end keeps per weights to launch on them without rebuilding anything
-    # (kernels/cuda.py: (variant, x shape, x dtype) -> [(params, launch, wq, scales, biases)])
+    # (kernels/cuda.py: (variant, x shape[, x dtype, sorted params]) -> (params, x dtype,
+    # the launch as a function of x))
     kernel_memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property

@@ -16,11 +16,14 @@ M=8 gate_up and down tiles the selection table ships:
   its source (no template list to convert and format per call), called directly; checked bit
   for bit against ``launch``;
 - ``launch``: ``kernels.cuda.launch`` as the runtime calls it (the per-weights memo, then the
-  replay of the recorded launch);
-- ``replay``: the recorded launch's ``mx.compile`` function called directly (launch minus its
-  Python lookup);
-- ``replay_captured``: a compiled function of x alone, the weights captured as constants of its
-  graph; checked bit for bit against ``launch``.
+  replay of the weights' captured launch: a compiled function of x alone, the weights constants
+  of its graph);
+- ``replay_captured``: that captured function called directly (launch minus its Python lookup);
+- ``replay_shared``: the design before, for the before/after on the same host in the same run:
+  the shape's one compiled function of (x, wq, scales, biases), shared by all weights of the
+  shape, called with the weights as inputs; checked bit for bit against ``launch``;
+- ``launch_shared``: the whole launch before: a list per (variant, shape, dtype) in a memo,
+  scanned with a params comparison, then ``replay_shared``.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -59,21 +63,45 @@ CASES = [("gate_up", 5120, 17408, "bfloat16"), ("down", 17408, 5120, "float16")]
 
 def specialized(lx: cuda.Launcher, dt_name: str):
     """The launch's kernel made for this one shape: MLX's own ``constexpr`` lines, written once
-    into the body, instead of a template list MLX formats on every call."""
+    into the body, instead of a template list MLX formats on every call. Its header is the
+    launch's own (``cuda.kernel_header``: with the tile's launch bounds), so it compiles the
+    same kernel."""
     v = VARIANTS[lx.name]
     consts = "".join(
         f"  constexpr bool {k} = {'true' if val else 'false'};\n" if isinstance(val, bool)
         else f"  constexpr int {k} = {val};\n" for k, val in lx.template if k != "T")
-    tag = abs(hash(tuple(lx.template[1:]))) % 10 ** 12
+    tag = abs(hash((tuple(lx.template[1:]), lx.min_blocks))) % 10 ** 12
     kernel = mx.fast.cuda_kernel(
         name=f"dflash2_{lx.name}_{dt_name}_{tag}", input_names=["x", "w", "scales", "biases"],
         output_names=["y"], source=f"  using T = {CUDA_TYPES[dt_name]};\n{consts}{v.CUDA_SOURCE}",
-        header=v.CUDA_HEADER)
+        header=cuda.kernel_header(lx.name, lx.threads[0], lx.min_blocks))
 
     def call(x, w, s, b):
         return kernel(inputs=[x, w, s, b], grid=lx.grid, threadgroup=lx.threads,
                       output_shapes=lx.shapes, output_dtypes=lx.dtypes)[0]
     return call
+
+
+def shared_launch(lx: cuda.Launcher, x: mx.array, qw: QWeights, params: dict):
+    """The launch as it was before the weights were captured (``launch_shared``; its compiled
+    function, ``replay_shared``): ``lx.call`` under one ``mx.compile`` per shape, the weights
+    its inputs; the weights' memo a list per (variant, x shape, x dtype) of (params, function,
+    weights). One namespace holds the function and the memo, so a timed call looks up
+    ``old.launch`` and passes ``old`` as its weights, as ``cuda.launch(..., qw, ...)`` does."""
+    def launch(name, x, qw, params):
+        for p, fn, w, s, b in qw.kernel_memo.get((name, x.shape, x.dtype), ()):
+            if p == params:
+                return fn(x, w, s, b)
+        raise LookupError(f"{name}: no shared launch for {x.shape} {params}")
+    replay = mx.compile(lx.call)
+    memo = {(lx.name, x.shape, x.dtype): [(dict(params), replay, qw.wq, qw.scales, qw.biases)]}
+    return SimpleNamespace(launch=launch, kernel_memo=memo, replay=replay)
+
+
+def captured_of(qw: QWeights, x: mx.array):
+    """The weights' captured launch as ``cuda.launch`` keeps it (the memo's short key, the
+    entry's last field)."""
+    return qw.kernel_memo[("mma_weights_a", x.shape)][-1]
 
 
 def main(argv=None) -> int:
@@ -106,10 +134,8 @@ def main(argv=None) -> int:
             return lx.kernel(inputs=[x, qw.wq, qw.scales, qw.biases], template=lx.template,
                              grid=lx.grid, threadgroup=lx.threads, output_shapes=lx.shapes,
                              output_dtypes=lx.dtypes)[0]
-        # the weights captured by the compiled function (constants of its graph): the replay
-        # then flattens and checks one input instead of four
-        cap = mx.compile(lambda x, lx=lx, w=qw.wq, s=qw.scales, b=qw.biases: lx._body(x, w, s, b))
-        cap_same = mx.array_equal(cap(x), y).item()
+        old, cap = shared_launch(lx, x, qw, params), captured_of(qw, x)
+        shared_same = mx.array_equal(old.launch("mma_weights_a", x, old, params), y).item()
         makes = {
             "stock": lambda i, x=x, qw=qw: mx.quantized_matmul(
                 x, qw.wq, qw.scales, qw.biases, transpose=True, group_size=64, bits=4),
@@ -119,14 +145,17 @@ def main(argv=None) -> int:
                                                                       qw.biases)}
                if spec else {}),
             "launch": lambda i, x=x, qw=qw, p=params: cuda.launch("mma_weights_a", x, qw, p),
-            "replay": lambda i, x=x, qw=qw, f=lx.fn: f(x, qw.wq, qw.scales, qw.biases),
-            "replay_captured": lambda i, x=x, f=cap: f(x)}
+            "replay_captured": lambda i, x=x, f=cap: f(x),
+            "replay_shared": lambda i, x=x, qw=qw, f=old.replay: f(x, qw.wq, qw.scales,
+                                                                   qw.biases),
+            "launch_shared": lambda i, x=x, p=params, old=old: old.launch("mma_weights_a", x,
+                                                                          old, p)}
         t = host_paired_us(makes, "stock", n=500, reps=args.reps)
         row = {"shape": op, "K": k, "N": n, "dtype": dt_name, "M": 8, "params": params,
-               "specialized_bit_exact": same, "captured_bit_exact": cap_same,
-               "traces": lx.traces, **t}
+               "specialized_bit_exact": same, "shared_bit_exact": shared_same,
+               "traces": lx.traces, **t}  # 2: the captured launch's and replay_shared's
         print(json.dumps({"shape": op, "dtype": dt_name, "specialized_bit_exact": same,
-                          "captured_bit_exact": cap_same,
+                          "shared_bit_exact": shared_same,
                           **{p: [round(v["us"], 2), round(v["minus_baseline_us"], 2)]
                              for p, v in t.items()}}), flush=True)
         res["cases"].append(row)

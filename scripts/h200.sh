@@ -18,7 +18,8 @@
 #                                  kernel factory (built once, traced once, nothing cast per
 #                                  launch, host cost within 2 us of stock); log in $OUT
 #   scripts/h200.sh hostcost       there: scripts/cuda_host_cost.py (where a launch's host time
-#                                  goes: stock, kernel called per launch, launch, replay)
+#                                  goes: stock, kernel called per launch, launch, its replay,
+#                                  and the shared replay it replaced)
 #   scripts/h200.sh regen          there: scripts/regen_sm90_table.py on the bench's table rows
 #                                  (bench --table-rows): the candidate table (sm_90 entries kept
 #                                  only where custom beats stock beyond the noise) into $OUT and

@@ -1,17 +1,20 @@
 """The CUDA launch path's per-call cost: nothing is built, cast or traced again after the first
-launch of a shape (issue 14, Deliver 2).
+launch of a shape on a weights (issue 14, Deliver 2).
 
 On a host without MLX's CUDA backend ``mx.fast.cuda_kernel`` raises as soon as it is called, so
 the CPU tests put a stand-in kernel factory in its place: a real MLX function (the stock QMM in
 float32) that counts how often the factory and the kernel are called. Everything else is the
-real path: ``cuda.launch``, its per-weights memo, the ``mx.compile`` replay, the scales
-conversion. The same checks run against the real factory and kernel on an NVIDIA GPU
-(``test_real_cuda_launch_*``, skipped elsewhere; run on the H200 by scripts/h200.sh).
-Host TIME is not asserted here (a timed assertion on a shared host is noise): the bench measures
-it, paired against stock (bench/cuda_verify.py, scripts/cuda_host_cost.py).
+real path: ``cuda.launch``, its per-weights memo, the ``mx.compile`` replay of the launch with
+the weights captured, the scales conversion. The same checks run against the real factory and
+kernel on an NVIDIA GPU (``test_real_cuda_launch_*``, skipped elsewhere; run on the H200 by
+scripts/h200.sh). Host TIME is not asserted here (a timed assertion on a shared host is noise):
+the bench measures it, paired against stock (bench/cuda_verify.py, scripts/cuda_host_cost.py).
 """
 
 from __future__ import annotations
+
+import io
+import re
 
 import mlx.core as mx
 import pytest
@@ -20,6 +23,7 @@ from kernels import cuda
 from kernels.qweights import QWeights
 
 K, N, GS = 512, 256, 64
+NAME = "mma_weights_a"
 PARAMS = {"n_tile": 32, "k_groups": 1, "unroll": 1, "prefetch": 0}
 HAS_CUDA = hasattr(mx, "cuda") and mx.cuda.is_available()
 
@@ -39,14 +43,17 @@ class AstypeSpy:
 
 @pytest.fixture
 def standin(monkeypatch):
-    """Replace MLX's CUDA kernel factory by one that builds a real MLX computation."""
-    counts = {"factory": 0, "kernel": 0}
+    """Replace MLX's CUDA kernel factory by one that builds a real MLX computation; it keeps
+    the headers it was given and the dtypes each kernel call was given."""
+    counts = {"factory": 0, "kernel": 0, "headers": [], "inputs": []}
 
     def factory(name, input_names, output_names, source, header=""):
         counts["factory"] += 1
+        counts["headers"].append(header)
 
         def kernel(*, inputs, template, grid, threadgroup, output_shapes, output_dtypes):
             counts["kernel"] += 1
+            counts["inputs"].append([a.dtype for a in inputs])
             x, w, s, b = inputs
             f32 = mx.float32
             y = mx.quantized_matmul(mx.array.astype(x, f32), w, mx.array.astype(s, f32),
@@ -62,28 +69,41 @@ def standin(monkeypatch):
 
 
 def _weights(dtype=mx.bfloat16, seed=0):
+    """Freshly quantized, so still lazy: as weights are until something evaluates them."""
     w = mx.random.normal((N, K), key=mx.random.key(seed)) / K ** 0.5
     return QWeights.quantize(w, GS, 4, dtype)
 
 
-def _x(m=8, dtype=mx.bfloat16):
-    return (mx.random.normal((m, K), key=mx.random.key(1))).astype(dtype)
+def _x(m=8, dtype=mx.bfloat16, seed=1):
+    return (mx.random.normal((m, K), key=mx.random.key(seed))).astype(dtype)
 
 
-def test_launch_builds_and_traces_once_per_shape_and_casts_nothing(standin, monkeypatch):
+def _entries(qw: QWeights) -> list:
+    """The launches a weights keeps (the memo's short and full keys share them)."""
+    return list({id(e): e for e in qw.kernel_memo.values()}.values())
+
+
+def _graph_ops(y: mx.array) -> list[str]:
+    """The operations of y's graph, as MLX's DOT export names them."""
+    buf = io.StringIO()
+    mx.export_to_dot(buf, y)
+    return sorted(re.findall(r'label ="([^"]+)"', buf.getvalue()))
+
+
+def test_launch_builds_and_traces_once_and_casts_nothing(standin, monkeypatch):
     qw, x = _weights(), _x()
     ref = mx.quantized_matmul(x.astype(mx.float32), qw.wq, qw.scales.astype(mx.float32),
                               qw.biases.astype(mx.float32), transpose=True, group_size=GS)
-    y0 = cuda.launch("mma_weights_a", x, qw, PARAMS)
+    y0 = cuda.launch(NAME, x, qw, PARAMS)
     assert mx.allclose(y0.astype(mx.float32), ref, atol=2e-2).item()
     spy = AstypeSpy(monkeypatch)
     for _ in range(50):  # the runtime's pattern: a fresh params dict per dispatch
-        y = cuda.launch("mma_weights_a", x, qw, dict(PARAMS))
+        y = cuda.launch(NAME, x, qw, dict(PARAMS))
     mx.eval(y)
     (lx,) = cuda._LAUNCHERS.values()
     assert (standin["factory"], standin["kernel"], lx.traces) == (1, 1, 1)
     assert spy.calls == 0, "astype called per launch"
-    assert [len(v) for v in qw.kernel_memo.values()] == [1]  # found, not re-made, per call
+    assert len(_entries(qw)) == 1  # found, not re-made, per call
     assert mx.array_equal(y, y0).item()  # the replay computes what the traced call did
 
 
@@ -92,10 +112,17 @@ def test_each_new_shape_or_weights_costs_one_trace_not_one_per_call(standin):
     for m in (4, 8, 16):
         for qw in (qa, qb):
             for _ in range(5):
-                mx.eval(cuda.launch("mma_weights_a", _x(m), qw, PARAMS))
-    assert standin["factory"] == 1  # one kernel object per variant
+                mx.eval(cuda.launch(NAME, _x(m), qw, PARAMS))
+    assert standin["factory"] == 1  # one kernel object per variant (per header)
     traces = {key[1]: lx.traces for key, lx in cuda._LAUNCHERS.items()}
-    assert traces == {4: 1, 8: 1, 16: 1}  # one trace per M, shared by both weights
+    assert traces == {4: 2, 8: 2, 16: 2}  # one Launcher per M; one trace per weights
+    assert len(_entries(qa)) == len(_entries(qb)) == 3
+    bounded = {**PARAMS, "min_blocks": 2}  # launch bounds: another header, another kernel
+    for m in (4, 8):
+        mx.eval(cuda.launch(NAME, _x(m), qa, bounded))
+    assert standin["factory"] == 2
+    assert "__launch_bounds__(32, 2)" in standin["headers"][1]
+    assert standin["headers"][1] == cuda.kernel_header(NAME, 32, 2)
 
 
 def test_scales_in_another_dtype_are_converted_once_per_weights(standin, monkeypatch):
@@ -103,13 +130,12 @@ def test_scales_in_another_dtype_are_converted_once_per_weights(standin, monkeyp
     under fp16 activations are converted the first time, kept with the weights, never again."""
     qw, x = _weights(mx.bfloat16), _x(dtype=mx.float16)
     spy = AstypeSpy(monkeypatch)
-    first = cuda.launch("mma_weights_a", x, qw, PARAMS)
+    first = cuda.launch(NAME, x, qw, PARAMS)
     after_first = spy.calls
     for _ in range(20):
-        y = cuda.launch("mma_weights_a", x, qw, PARAMS)
+        y = cuda.launch(NAME, x, qw, PARAMS)
     assert spy.calls == after_first
-    ((_, _, _, scales, biases),) = qw.kernel_memo[("mma_weights_a", x.shape, x.dtype)]
-    assert scales.dtype == biases.dtype == mx.float16  # what the source reads
+    assert standin["inputs"] == [[mx.float16, mx.uint32, mx.float16, mx.float16]]
     assert qw.in_dtype(mx.float16) is qw.in_dtype(mx.float16)
     assert qw.in_dtype(mx.float16).scales.dtype == mx.float16
     assert qw.in_dtype(mx.bfloat16) is qw
@@ -118,24 +144,108 @@ def test_scales_in_another_dtype_are_converted_once_per_weights(standin, monkeyp
     qw2 = _weights(mx.bfloat16, seed=2)
     cuda.launch("scalar_kmajor", _x(dtype=mx.float16), qw2, {"n_tile": 8, "k_groups": 1})
     assert not qw2._as
+    assert standin["inputs"][-1] == [mx.float16, mx.uint32, mx.bfloat16, mx.bfloat16]
+
+
+def test_w4a32_casts_x_to_float32_once_into_the_graph(standin, monkeypatch):
+    """W4A32 reads x in float32: the cast is recorded by the trace, not made per launch."""
+    qw, x = _weights(), _x()
+    first = cuda.launch("w4a32", x, qw, {"k_groups": 1})
+    spy = AstypeSpy(monkeypatch)
+    for _ in range(20):
+        y = cuda.launch("w4a32", x, qw, {"k_groups": 1})
+    assert spy.calls == 0, "astype called per launch"
+    assert standin["inputs"] == [[mx.float32, mx.uint32, mx.bfloat16, mx.bfloat16]]
+    assert y.dtype == mx.float32 and mx.array_equal(y, first).item()
 
 
 def test_params_changed_in_place_are_not_served_a_stale_launch(standin):
     qw, x = _weights(), _x()
     p = dict(PARAMS)
-    mx.eval(cuda.launch("mma_weights_a", x, qw, p))
+    mx.eval(cuda.launch(NAME, x, qw, p))
     p["n_tile"] = 64
-    mx.eval(cuda.launch("mma_weights_a", x, qw, p))
+    mx.eval(cuda.launch(NAME, x, qw, p))
     tiles = sorted(dict(key[6])["n_tile"] for key in cuda._LAUNCHERS)
     assert tiles == [32, 64]
+    # going back and forth finds each params' own launch again: no new trace
+    for _ in range(3):
+        for params in (PARAMS, {**PARAMS, "n_tile": 64}):
+            mx.eval(cuda.launch(NAME, x, qw, params))
+    assert [lx.traces for lx in cuda._LAUNCHERS.values()] == [1, 1]
+    assert len(_entries(qw)) == 2
+
+
+def test_another_dtype_at_the_same_shape_is_not_served_the_first_dtypes_launch(standin):
+    """The memo's short key holds x's shape, not its dtype: the entry's dtype is compared."""
+    qw, first = _weights(), {}
+    for _ in range(3):
+        for dtype in (mx.bfloat16, mx.float16):
+            y = cuda.launch(NAME, _x(dtype=dtype), qw, PARAMS)
+            assert y.dtype == dtype
+            assert mx.array_equal(y, first.setdefault(dtype, y)).item()
+    assert sorted(str(key[5]) for key in cuda._LAUNCHERS) == ["mlx.core.bfloat16",
+                                                               "mlx.core.float16"]
+    assert [lx.traces for lx in cuda._LAUNCHERS.values()] == [1, 1]
+    assert len(_entries(qw)) == 2
+
+
+def test_a_launch_inside_a_callers_compile_matches_the_eager_one(standin):
+    """A caller's ``mx.compile`` gets the kernel call traced into its own graph (MLX calls the
+    captured function's Python body for tracer inputs): same result as eager, for each x."""
+    x1, x2 = _x(seed=1), _x(seed=2)
+    for eager_first in (True, False):
+        qw = _weights()
+        outer = mx.compile(lambda x, qw=qw: cuda.launch(NAME, x, qw, PARAMS) * 2)
+        eager = []
+        if eager_first:
+            eager = [cuda.launch(NAME, x, qw, PARAMS) for x in (x1, x2)]
+        nested = [outer(x) for x in (x1, x2)]
+        if not eager_first:
+            eager = [cuda.launch(NAME, x, qw, PARAMS) for x in (x1, x2)]
+        for y, z in zip(eager, nested, strict=True):
+            assert mx.array_equal(y * 2, z).item()
+        assert not mx.array_equal(nested[0], nested[1]).item()  # x2 is not served x1's graph
+        cuda.clear_caches()
+
+
+def test_traced_weights_are_launched_but_not_kept(standin):
+    """bench/cuda_verify's compiled path: weights that are the caller's tracers (a QWeights
+    made inside its trace) cannot be captured; the launch is traced into the caller's graph."""
+    qw, x1, x2 = _weights(), _x(seed=1), _x(seed=2)
+    made = []
+
+    def f(x, w, s, b):
+        made.append(QWeights(w, s, b, GS, 4))
+        return cuda.launch(NAME, x, made[-1], PARAMS)
+    outer = mx.compile(f)
+    for x in (x1, x2):
+        y = outer(x, qw.wq, qw.scales, qw.biases)
+        assert mx.array_equal(y, cuda.launch(NAME, x, qw, PARAMS)).item()
+    assert len(made) == 1 and not made[0].kernel_memo
+
+
+def test_lazy_weights_are_evaluated_before_they_are_captured(standin):
+    """A captured array still lazy would have its graph (the quantization, or the scales
+    conversion) replayed on every launch; evaluated first, the replay holds only the kernel:
+    the same operations as on weights evaluated beforehand in the activation dtype."""
+    graphs = {}
+    for dtype in (mx.bfloat16, mx.float16):  # fp16: scales converted from bf16 at first launch
+        x = _x(dtype=dtype)
+        mx.eval(x)
+        ready = _weights(mx.bfloat16)
+        mx.eval(ready.wq, ready.scales, ready.biases)
+        for label, qw in (("ready", ready), ("lazy", _weights(mx.bfloat16))):
+            cuda.launch(NAME, x, qw, PARAMS)
+            graphs[label, dtype] = _graph_ops(cuda.launch(NAME, x, qw, PARAMS))
+    assert all(g == graphs["ready", mx.bfloat16] for g in graphs.values()), graphs
 
 
 def test_a_shape_that_cannot_tile_is_refused_before_anything_is_built(standin):
     qw = _weights()
     with pytest.raises(ValueError, match="does not tile"):
-        cuda.launch("mma_weights_a", _x(), qw, {**PARAMS, "k_groups": 3})
+        cuda.launch(NAME, _x(), qw, {**PARAMS, "k_groups": 3})
     with pytest.raises(ValueError, match="K=256"):
-        cuda.launch("mma_weights_a", mx.zeros((8, 256), dtype=mx.bfloat16), qw, PARAMS)
+        cuda.launch(NAME, mx.zeros((8, 256), dtype=mx.bfloat16), qw, PARAMS)
     assert standin["factory"] == 0 and not qw.kernel_memo
 
 
@@ -154,13 +264,13 @@ def test_real_cuda_launch_builds_once_and_casts_nothing(monkeypatch):
     qw = QWeights.quantize(w, GS, 4, mx.bfloat16)
     x = (mx.random.normal((8, k), key=mx.random.key(1)) / k ** 0.25).astype(mx.bfloat16)
     params = {"n_tile": 32, "k_groups": 1, "unroll": 1, "prefetch": 1}
-    y0 = cuda.launch("mma_weights_a", x, qw, params)
+    y0 = cuda.launch(NAME, x, qw, params)
     stock = mx.quantized_matmul(x, qw.wq, qw.scales, qw.biases, transpose=True, group_size=GS)
     rel = (mx.abs(y0.astype(mx.float32) - stock.astype(mx.float32)).max()
            / mx.abs(stock.astype(mx.float32)).max()).item()
     assert rel < 1e-2
     spy = AstypeSpy(monkeypatch)
-    outs = [cuda.launch("mma_weights_a", x, qw, dict(params)) for _ in range(100)]
+    outs = [cuda.launch(NAME, x, qw, dict(params)) for _ in range(100)]
     mx.eval(outs)
     (lx,) = cuda._LAUNCHERS.values()
     assert (len(built), lx.traces, spy.calls) == (1, 1, 0)
