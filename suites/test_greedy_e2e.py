@@ -41,7 +41,7 @@ def _reference(verifier: str) -> tuple[int, ...]:
 @pytest.mark.parametrize("verifier,budget", CASES, ids=IDS)
 def test_greedy_exact(verifier, budget, measure):
     rt = _runtime()
-    reference = _reference(verifier)
+    expected = _reference(verifier)
     stats = SpecStats()
     # The stock cases switch the custom verifier off on purpose: their dispatches are a
     # reference, and only the custom cases' are the path under test.
@@ -50,7 +50,7 @@ def test_greedy_exact(verifier, budget, measure):
         out = greedy_speculative(rt.target, rt.draft, PROMPT, budget, stats)
     measure.record("blocks", float(stats.blocks), "blocks")
     measure.record("accepted_per_block", stats.mean_accepted, "tokens/block")
-    first = next((i for i, (a, b) in enumerate(zip(out, reference, strict=False)) if a != b),
+    first = next((i for i, (a, b) in enumerate(zip(out, expected, strict=False)) if a != b),
                  None)
     assert len(out) == budget
-    assert out == list(reference[:budget]), f"first mismatch at token {first}"
+    assert out == list(expected[:budget]), f"first mismatch at token {first}"

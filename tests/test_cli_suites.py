@@ -55,3 +55,12 @@ def test_farm_db_records_the_suite_the_session_runs(tmp_path, args, suite):
     assert p.returncode in (0, 5), p.stdout + p.stderr
     runs = json.loads(farm("runs", "--json", db=str(db)).output)
     assert [r["suite"] for r in runs] == [suite]
+
+
+def test_the_greedy_suite_runs_its_stock_and_custom_cases():
+    """A suite's cases must run, not only collect: a local name once shadowed the reference()
+    role in greedy-e2e and every stock case raised TypeError, unseen because nothing here ran
+    it. Budget 1 on both verifiers (the model and references are built once, ~20 s)."""
+    p = _pytest("-q", "suites/test_greedy_e2e.py", "-k", "budget1-")
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-2000:]
+    assert "2 passed" in p.stdout, p.stdout[-2000:]
