@@ -156,6 +156,14 @@
 #     JSON> choose  -> bench/results/h200/levers_*
 #   at 8ed1b86 (ld_policy): the same with --budget-s 110 / 80 (the M=16 sweep bf16 only),
 #     --reps 3 --batch 48 and ncucold --reps 1  -> bench/results/h200/ldpolicy_*
+# The current bench/results/h200/ cuda_verify.*, host_cost.json, devtests.log, h200_suites.jsonl
+# and suites.log (2026-12-04 17:41-18:02 UTC, the captured-weights launch; two machines, device
+# ~780 s with their starts; the 15:25 run's files are previous_run4_*):
+#   run (carry .whl/p1) stage; run (carry .whl/p2) stage, install, devtests, hostcost;
+#   run (at once, warm) BENCH_TIMEOUT=540 bench --table-rows --ncu --ncu-timeout 110; regen
+#   (its candidate table selects what the committed one does: only the notes' figures changed,
+#   kernels/selection_table.json took them); then on a fresh machine: run (carry .whl/p1)
+#   stage; run (carry .whl/p2) stage, install, RECORD_GOLDENS=0 suites: 140 passed
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"
