@@ -76,17 +76,24 @@ POINTS_2026_12_04 = {
 # ``l2_ahead`` (an L2 prefetch of the weights D K steps ahead) and ``min_blocks`` (launch
 # bounds), bench/results/h200/levers_*; at 8ed1b86, load cache policies (weights kept out of L1,
 # activations in it), bench/results/h200/ldpolicy_*.
-# The next sweep: the shipped tiles with ``min_blocks`` (gate/up's 544 blocks in one wave at 5
-# blocks an SM: 0.6-1.0 us faster alone in both runs). A dict adds keys to the tuple's tile.
+# The next sweep: the shipped tiles, with ``min_blocks`` (gate/up's 544 blocks in one wave at 5
+# blocks an SM: 0.6-1.0 us faster alone in both runs), and the bulk pipeline (``bulk`` = 1: a
+# producer warp fills a ring of ``stages`` stages of ``unroll`` K steps in dynamic shared memory
+# with bulk copies, the K groups' warps only compute; not yet run on a device). A dict adds keys
+# to the tuple's tile.
 GU, DN = (32, 4, 2, 0, 0, 128, 1), (16, 8, 2, 0, 0, 128, 1)
 POINTS = {
-    "gate_up": [GU, (GU, {"min_blocks": 5}), ((32, 4, 2, 0, 0, 128, 0), {"min_blocks": 5}),
-                ((16, 8, 2, 0, 0, 128, 1), {"min_blocks": 3})],
-    "down": [DN, (DN, {"min_blocks": 3}), ((32, 8, 2, 0, 0, 128, 1), {"min_blocks": 3})],
+    "gate_up": [GU, (GU, {"min_blocks": 5}),
+                ((32, 4, 1, 0, 6), {"bulk": 1}), ((32, 4, 2, 0, 3), {"bulk": 1}),
+                ((32, 4, 1, 0, 4), {"bulk": 1}), ((32, 8, 1, 0, 4), {"bulk": 1}),
+                ((16, 8, 1, 0, 6), {"bulk": 1})],
+    "down": [DN, ((16, 8, 1, 0, 6), {"bulk": 1}), ((16, 8, 2, 0, 3), {"bulk": 1}),
+             ((32, 8, 1, 0, 4), {"bulk": 1}), ((32, 4, 2, 0, 3), {"bulk": 1}),
+             ((32, 8, 2, 0, 0, 128, 1))],
 }
 KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_early",
-        "min_blocks")
-KEY_DEFAULTS = (128, 0, 0)  # l2_prefetch, x_early, min_blocks when a tuple stops short
+        "min_blocks", "bulk")
+KEY_DEFAULTS = (128, 0, 0, 0)  # l2_prefetch, x_early, min_blocks, bulk when a tuple stops short
 
 
 def as_params(pt) -> dict:
@@ -153,7 +160,8 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
             key = (p["n_tile"], p["k_groups"])
             if key not in register_out:  # the plain register pipeline at this tile
                 y0 = cuda.launch(NAME, x_pt, one, {**p, "stages": 0, "unroll": 1, "prefetch": 0,
-                                                 "x_early": 0, "min_blocks": 0})
+                                                 "x_early": 0, "min_blocks": 0,
+                                                 "bulk": 0})
                 mx.eval(y0)
                 register_out[key] = y0
             row["exact_vs_register"] = bool(mx.array_equal(y, register_out[key]).item())
@@ -221,22 +229,30 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
     return entry
 
 
-def smoke() -> int:
+RING_SMOKE = ((16, 2, 1, 0, 8), (32, 4, 1, 0, 3), (32, 4, 1, 0, 2, 128, 1),
+              (32, 4, 2, 0, 0, 128, 1))
+BULK_SMOKE = (((32, 4, 1, 0, 4), {"bulk": 1}), ((32, 4, 2, 0, 3), {"bulk": 1}),
+              ((16, 8, 1, 0, 6), {"bulk": 1}))
+
+
+def smoke(points=RING_SMOKE) -> int:
+    """Launch ``points`` at M=8 and 16 and check each bit for bit against the plain register
+    pipeline; 1 if any differs. Run in a process of its own (h200.sh does, under a timeout) so
+    that a pipeline that faults or never completes cannot take the sweep down with it."""
     bad = 0
     for op in ("gate_up", "down"):
         k, n = cv.SHAPES[op]
         (qw,) = cv.make_copies(k, n, mx.bfloat16, 1)
         for m in (8, 16):
             x = (mx.random.normal((m, k), key=mx.random.key(7)) / k ** 0.25).astype(mx.bfloat16)
-            for pt in ((16, 2, 1, 0, 8), (32, 4, 1, 0, 3), (32, 4, 1, 0, 2, 128, 1),
-                       (32, 4, 2, 0, 0, 128, 1)):
+            for pt in points:
                 p = as_params(pt)
                 try:
                     y = cuda.launch(NAME, x, qw, p)
                 except ValueError as e:  # a ring too large for this M: nothing to check
                     print(f"smoke {op} M={m} {p}: {str(e)[-80:]}", flush=True)
                     continue
-                y0 = cuda.launch(NAME, x, qw, {**p, "stages": 0, "x_early": 0})
+                y0 = cuda.launch(NAME, x, qw, {**p, "stages": 0, "x_early": 0, "bulk": 0})
                 same = mx.array_equal(y, y0).item()
                 print(f"smoke {op} M={m} {p}: bit-exact {same}, rel vs stock "
                       f"{rel_max(y, cv.stock(x, qw.wq, qw.scales, qw.biases)):.2e}", flush=True)
@@ -328,7 +344,10 @@ def main(argv=None) -> int:
                          "for bit against the register pipeline (exit 1 if they differ): run "
                          "it first, in its own process, so a faulting ring cannot take the "
                          "sweep's CUDA context down with it")
-    ap.add_argument("--no-ring", action="store_true", help="register-pipeline tiles only")
+    ap.add_argument("--no-ring", action="store_true", help="no cp.async ring tiles")
+    ap.add_argument("--smoke-bulk", action="store_true",
+                    help="as --smoke, for the bulk pipeline's tiles (a producer warp and mbarriers)")
+    ap.add_argument("--no-bulk", action="store_true", help="no bulk pipeline tiles")
     ap.add_argument("--points", choices=("next", "2026-12-04", "2026-12-03"), default="next",
                     help="the tiles to sweep: the next set (default) or an earlier run's")
     ap.add_argument("--chain", action="store_true",
@@ -344,11 +363,12 @@ def main(argv=None) -> int:
         POINTS.clear()
         POINTS.update({"2026-12-03": POINTS_2026_12_03,
                        "2026-12-04": POINTS_2026_12_04}[args.points])
-    if args.smoke:
-        return smoke()
-    if args.no_ring:
-        for op, pts in list(POINTS.items()):
-            POINTS[op] = [pt for pt in pts if as_params(pt)["stages"] == 0]
+    if args.smoke or args.smoke_bulk:
+        return smoke(BULK_SMOKE if args.smoke_bulk else RING_SMOKE)
+    for op, pts in list(POINTS.items()):
+        POINTS[op] = [pt for pt in pts
+                      if not (args.no_ring and as_params(pt)["stages"] and not as_params(pt)["bulk"])
+                      and not (args.no_bulk and as_params(pt)["bulk"])]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

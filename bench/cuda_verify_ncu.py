@@ -41,7 +41,7 @@ import mlx.core as mx
 
 REPS = 3
 TILE_KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_early",
-             "min_blocks")
+             "min_blocks", "bulk")
 
 
 UNITS_PER_US = {"ns": 1e3, "nsecond": 1e3, "usecond": 1.0, "us": 1.0, "msecond": 1e-3}
@@ -193,7 +193,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cold-sweep", default=None)
     ap.add_argument("--points", action="store_true")
-    ap.add_argument("--no-ring", action="store_true", help="with --points: register tiles only")
+    ap.add_argument("--no-ring", action="store_true", help="with --points: no cp.async ring tiles")
+    ap.add_argument("--no-bulk", action="store_true",
+                    help="with --points: no bulk pipeline tiles (h200.sh passes it when the "
+                         "sweep's bulk smoke test failed)")
     ap.add_argument("--shapes", default=",".join(cv.SHAPES))
     ap.add_argument("--dtypes", default=",".join(cv.DTYPES))
     ap.add_argument("--ms", default="8", help="the M to launch (with --rows: '' for every row's)")
@@ -226,7 +229,8 @@ def main(argv=None) -> int:
                 import cuda_verify_cold_sweep as cs
                 for pt in cs.POINTS[op]:
                     p = cs.as_params(pt)
-                    if not (args.no_ring and p["stages"]):
+                    if not ((args.no_ring and p["stages"] and not p["bulk"])
+                            or (args.no_bulk and p["bulk"])):
                         paths.append((f"tile {p}", cv.custom_fn("mma_weights_a", p)))
             for m in (int(v) for v in args.ms.split(",")):
                 x = (mx.random.normal((m, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)

@@ -30,14 +30,17 @@ def kernel_header(name: str, threads: int, min_blocks: int) -> str:
 
 
 @functools.cache
-def _build(name: str, threads: int = 0, min_blocks: int = 0):
-    """One kernel object per header: MLX keys its compiled module by the whole source."""
+def _build(name: str, threads: int = 0, min_blocks: int = 0, shared_memory: int = 0):
+    """One kernel object per header and dynamic shared memory size (MLX takes both when the
+    object is made; it keys its compiled module by the whole source)."""
+    extra = {"shared_memory": shared_memory} if shared_memory else {}
     return mx.fast.cuda_kernel(
         name=f"dflash2_{name}",
         input_names=["x", "w", "scales", "biases"],
         output_names=["y"],
         source=VARIANTS[name].CUDA_SOURCE,
         header=kernel_header(name, threads, min_blocks),
+        **extra,
     )
 
 
@@ -55,6 +58,7 @@ class LaunchConfig:
     threads: int  # per block
     activation: str  # dtype the kernel reads x in and writes y in
     min_blocks: int = 0  # __launch_bounds__(threads, min_blocks) when > 0 (kernel_header)
+    shared_memory: int = 0  # dynamic shared memory bytes a block takes (mma_weights_a's bulk)
 
 
 def _mma_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
@@ -77,8 +81,11 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     want = int(p["unroll"])
     unroll = next(u for u in (4, 2, 1) if u <= want and group_steps % u == 0)
     stages, x_early = int(p.get("stages", 0)), int(p.get("x_early", 0))
-    min_blocks = int(p.get("min_blocks", 0))
+    min_blocks, bulk = int(p.get("min_blocks", 0)), int(p.get("bulk", 0))
     v = VARIANTS[name]
+    if bulk:
+        return _bulk_config(name, m, k, n, group_size, dtype, n_tile, k_groups, unroll, stages,
+                            min_blocks)
     ring = k_groups * stages * 32 * ((n_tile // 16) * v.RING_LANE_BYTES
                                      + x_early * -(-m // 8) * v.RING_LANE_X_BYTES)
     if ring > tiling.MEMORY["cuda"][0]:
@@ -88,9 +95,50 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     return LaunchConfig({"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups,
                          "UNROLL": unroll, "PREFETCH": bool(int(p["prefetch"])),
                          "STAGES": stages, "L2_PREFETCH": int(p.get("l2_prefetch", 128)),
-                         "X_EARLY": bool(x_early),
+                         "X_EARLY": bool(x_early), "BULK": False,
                          "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"},
                         (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype, min_blocks)
+
+
+# Dynamic shared memory a block may take on sm_90 (227 KiB).
+MAX_DYNAMIC_SMEM = 227 * 1024
+
+
+def bulk_smem_bytes(m: int, k: int, n_tile: int, k_groups: int, unroll: int, stages: int,
+                    group_size: int) -> int:
+    """mma_weights_a's bulk ring, as its source lays it out: 128 B of mbarriers, the scales and
+    the biases of the block's rows (2 B a group), then ``stages`` stages of ``unroll`` K steps
+    of every K group's rows (64 B a row and step, padded so that two rows sit 64 B apart modulo
+    128); the K groups' partial sums reuse the ring at the end."""
+    pitch = unroll * 64 + (64 if unroll % 2 == 0 else 0)
+    ring = stages * k_groups * n_tile * pitch
+    partial = k_groups * 8 * -(-m // 8) * n_tile * 4
+    return 128 + 2 * n_tile * (k // group_size) * 2 + max(ring, partial)
+
+
+def _bulk_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str, n_tile: int,
+                 k_groups: int, unroll: int, stages: int, min_blocks: int) -> LaunchConfig:
+    """``bulk`` = 1: one more warp, the producer, and the ring in dynamic shared memory."""
+    where = f"{name} does not tile M={m}, K={k}, N={n}, {dtype}, group_size={group_size}"
+    if stages < 2:
+        raise tiling.TilingError(f"{where} with bulk=1: its ring needs stages >= 2")
+    if (k // group_size) % 8:
+        raise tiling.TilingError(f"{where} with bulk=1: a row's scales ({k // group_size} x 2 B) "
+                                 f"must be whole 16-byte chunks for a bulk copy")
+    smem = bulk_smem_bytes(m, k, n_tile, k_groups, unroll, stages, group_size)
+    if smem > MAX_DYNAMIC_SMEM:
+        raise tiling.TilingError(f"{where} with bulk=1, n_tile={n_tile}, k_groups={k_groups}, "
+                                 f"unroll={unroll}, stages={stages}: its {smem} B of shared "
+                                 f"memory exceed the {MAX_DYNAMIC_SMEM} B a block may take")
+    threads = 32 * (k_groups + 1)
+    if threads > tiling.MAX_THREADS["cuda"]:
+        raise tiling.TilingError(f"{where} with bulk=1: {k_groups} consumer warps and the "
+                                 f"producer exceed {tiling.MAX_THREADS['cuda']} threads")
+    return LaunchConfig({"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups,
+                         "UNROLL": unroll, "PREFETCH": False, "STAGES": stages,
+                         "L2_PREFETCH": 128, "X_EARLY": False, "BULK": True,
+                         "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"},
+                        (n // n_tile) * threads, threads, dtype, min_blocks, smem)
 
 
 def _split_k_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
@@ -164,7 +212,8 @@ class Launcher:
         act = getattr(mx, cfg.activation)
         self.name = name
         self.min_blocks = cfg.min_blocks  # the header's launch bounds (kernel_header)
-        self.kernel = _build(name, cfg.threads, cfg.min_blocks) if cfg.min_blocks else _build(name)
+        self.kernel = (_build(name, cfg.threads, cfg.min_blocks, cfg.shared_memory)
+                       if cfg.min_blocks or cfg.shared_memory else _build(name))
         self.activation = act
         self.scales_dtype = act if VARIANTS[name].CUDA_LAYOUT in _SCALES_IN_ACTIVATION else None
         self.template = [("T", act), *cfg.template.items()]

@@ -16,7 +16,7 @@
 #                                  that table's sm_90 tiles are the ones timed
 #   scripts/h200.sh devtests       there: tests/test_cuda_launch_cache.py against the real CUDA
 #                                  kernel factory (built once, traced once, nothing cast per
-#                                  launch, host cost within 2 us of stock); log in $OUT
+#                                  launch, one trace per weights, nested compile); log in $OUT
 #   scripts/h200.sh hostcost       there: scripts/cuda_host_cost.py (where a launch's host time
 #                                  goes: stock, kernel called per launch, launch, its replay,
 #                                  and the shared replay it replaced)
@@ -243,14 +243,21 @@ case "$cmd" in
     out="${SWEEP_OUT:-/tmp/h200res}"  # a sweep per M: each its own folder (choose reads all)
     mkdir -p "$out"
     status=0
-    # The ring tiles first in a process of their own: if they fault or differ, sweep without.
+    # The ring tiles, then the bulk pipeline's, first in processes of their own: if they fault,
+    # hang or differ, sweep without them.
     ring=""
     case " $* " in *" --no-ring "*) ;; *)
       timeout 120 python3 bench/cuda_verify_cold_sweep.py --out /tmp/h200res --smoke 2>&1 \
         | tee /tmp/h200res/cuda_verify_cold_sweep_smoke.log || ring="--no-ring";;
     esac
+    bulk=""
+    case " $* " in *" --no-bulk "*) ;; *)
+      timeout 90 python3 bench/cuda_verify_cold_sweep.py --out /tmp/h200res --smoke-bulk 2>&1 \
+        | tee /tmp/h200res/cuda_verify_cold_sweep_smoke_bulk.log \
+        || { bulk="--no-bulk"; touch /tmp/h200res/no_bulk; };;
+    esac
     timeout "${BENCH_TIMEOUT:-420}" python3 bench/cuda_verify_cold_sweep.py --out "$out" \
-      $ring "$@" 2>&1 | tee "$out/cuda_verify_cold_sweep.log" || status=$?
+      $ring $bulk "$@" 2>&1 | tee "$out/cuda_verify_cold_sweep.log" || status=$?
     mkdir -p "$OUT/${out#/tmp/h200res}"
     cp "$out"/cuda_verify_cold_sweep.* "$OUT/${out#/tmp/h200res}"/
     exit $status
@@ -269,7 +276,8 @@ case "$cmd" in
     timeout "${NCU_TIMEOUT:-150}" "$NCU" --clock-control none --cache-control all \
       -k 'regex:qmm|qmv|dflash2' --csv $sections --metrics "$metrics" \
       python3 bench/cuda_verify_ncu.py --cold-sweep /tmp/h200res/cuda_verify_cold_sweep.json \
-      --dtypes "${NCU_DTYPES:-bfloat16}" --reps 1 "$@" > "$OUT/ncu_cold.csv" \
+      --dtypes "${NCU_DTYPES:-bfloat16}" --reps 1 \
+      $([ -f /tmp/h200res/no_bulk ] && echo --no-bulk) "$@" > "$OUT/ncu_cold.csv" \
       2> "$OUT/ncu_cold.err" || echo "ncu rc $?"
     python3 bench/cuda_verify_ncu.py --summarize "$OUT/ncu_cold.csv" | tee "$OUT/ncu_cold.md"
     ;;

@@ -258,3 +258,41 @@ def test_min_blocks_caps_registers():
     bounded = regs(min_blocks=5)
     assert plain > 96 >= bounded, (plain, bounded)
     assert cuda.kernel_header("mma_weights_a", 128, 0) == VARIANTS["mma_weights_a"].CUDA_HEADER
+
+
+def test_bulk_pipeline_configs_are_checked_without_a_gpu():
+    """``bulk`` = 1 adds the producer warp and sizes the ring in dynamic shared memory: gate/up
+    with 32 columns and 4 K groups, 6 stages of 1 step: 128 B of barriers + 2 x 32 rows x 80
+    groups x 2 B of scales and biases + 6 x 4 x 32 x 64 B of weights = 59520 B."""
+    cfg = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "bfloat16",
+                             {"n_tile": 32, "k_groups": 4, "unroll": 1, "stages": 6, "bulk": 1})
+    assert (cfg.threads, cfg.grid, cfg.shared_memory) == (160, 544 * 160, 59520)
+    assert cfg.template["BULK"] is True and cfg.template["STAGES"] == 6
+    # two steps a stage: rows padded to 192 B so that two rows sit 64 B apart modulo 128
+    two = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "bfloat16",
+                             {"n_tile": 32, "k_groups": 4, "unroll": 2, "stages": 3, "bulk": 1})
+    assert two.shared_memory == 128 + 10240 + 3 * 4 * 32 * 192
+    plain = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "bfloat16",
+                               {"n_tile": 32, "k_groups": 4})
+    assert (plain.threads, plain.shared_memory, plain.template["BULK"]) == (128, 0, False)
+    for params, why in (({"stages": 0}, "stages >= 2"),
+                        ({"stages": 8, "unroll": 4, "n_tile": 64, "k_groups": 8},
+                         "shared memory exceed")):
+        with pytest.raises(ValueError, match=why):
+            cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "bfloat16",
+                               {"n_tile": 32, "k_groups": 4, "bulk": 1, **params})
+    with pytest.raises(ValueError, match="16-byte chunks"):  # 4224 / 64 = 66 groups a row
+        cuda.launch_config("mma_weights_a", 8, 4224, 256, 64, "bfloat16",
+                           {"n_tile": 32, "k_groups": 1, "stages": 2, "bulk": 1})
+
+
+@pytest.mark.skipif(cuda_offline.nvcc() is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("m", [8, 16])
+def test_bulk_pipeline_compiles_for_sm90_without_spills(m):
+    """The producer's bulk copies and mbarrier waits are PTX that only ptxas checks here (no
+    device runs it on CI): it must assemble for sm_90, with no register spilled."""
+    cfg = cuda.launch_config("mma_weights_a", m, 17408, 5120, 64, "float16",
+                             {"n_tile": 16, "k_groups": 8, "unroll": 1, "stages": 6, "bulk": 1})
+    rep = cuda_offline.compile_sm90("mma_weights_a", cfg.activation, cfg.template,
+                                    cuda.kernel_header("mma_weights_a", cfg.threads, 0))
+    assert rep.registers > 0 and rep.spill_bytes == 0, rep

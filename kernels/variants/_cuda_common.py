@@ -123,6 +123,42 @@ __device__ __forceinline__ void dflash2_cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" :: "n"(PENDING) : "memory");
 }
 """
+# sm_90 bulk copies (the TMA's 1-D form) into shared memory, completed on an mbarrier, and the
+# mbarrier operations a producer warp and its consumer warps synchronise a ring with (PTX only;
+# after CP_ASYNC_HEADER, whose dflash2_smem_addr it uses).
+BULK_HEADER = r"""
+__device__ __forceinline__ void dflash2_mbar_init(void* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(dflash2_smem_addr(bar)), "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void dflash2_mbar_fence_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void dflash2_mbar_expect_tx(void* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+               :: "r"(dflash2_smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void dflash2_mbar_arrive(void* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(dflash2_smem_addr(bar))
+               : "memory");
+}
+// Spin until the barrier's phase with this parity has completed.
+__device__ __forceinline__ void dflash2_mbar_wait(void* bar, unsigned parity) {
+  asm volatile("{\n .reg .pred P1;\n WAIT:\n"
+               " mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+               " @!P1 bra WAIT;\n}\n" :: "r"(dflash2_smem_addr(bar)), "r"(parity) : "memory");
+}
+// BYTES (a multiple of 16, both addresses 16-byte aligned) from global to shared memory; the
+// barrier's transaction count drops by BYTES when they have landed.
+__device__ __forceinline__ void dflash2_bulk_g2s(void* dst, const void* src, unsigned bytes,
+                                                 void* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+               "[%0], [%1], %2, [%3];\n"
+               :: "r"(dflash2_smem_addr(dst)), "l"(src), "r"(bytes), "r"(dflash2_smem_addr(bar))
+               : "memory");
+}
+"""
+
 
 def launch_bounds_header(threads: int, min_blocks: int) -> str:
     """Header text that gives the kernel ``__launch_bounds__(threads, min_blocks)``.

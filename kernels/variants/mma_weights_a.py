@@ -40,14 +40,15 @@ import mlx.core as mx
 
 from kernels.qweights import QWeights
 from kernels.tiling import Tiling
-from kernels.variants._cuda_common import CP_ASYNC_HEADER, MMA_HEADER
+from kernels.variants._cuda_common import BULK_HEADER, CP_ASYNC_HEADER, MMA_HEADER
 from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 from kernels.variants._portable import split_k
 
 NAME = "mma_weights_a"
 ROWS = None  # 1..16
 DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0, "stages": 0,
-            "l2_prefetch": 128, "x_early": 0, "min_blocks": 0}
+            "l2_prefetch": 128, "x_early": 0, "min_blocks": 0,
+            "bulk": 0}
 METAL_SOURCE = None
 HEADER = ""
 CUDA_LAYOUT = "mma_weights_a"
@@ -60,7 +61,7 @@ CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"
                      group_multiple=32, positive=("n_tile", "k_groups", "unroll"),
                      param_choices=(("prefetch", (0, 1)), ("stages", (0, 2, 3, 4, 5, 6, 8)),
                                     ("l2_prefetch", (128, 256)), ("x_early", (0, 1)),
-                                    ("min_blocks", (0, 2, 3, 4, 5, 6))),
+                                    ("min_blocks", (0, 2, 3, 4, 5, 6)), ("bulk", (0, 1))),
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
 
@@ -100,8 +101,16 @@ CUDA_SOURCE = r"""
   constexpr int RING_S = RING_W;                        // 4-byte scale (and bias) words
   constexpr int RING_BYTES = (RING_W + RING_X) * 16 + 2 * RING_S * 4;
   constexpr int PARTIAL_BYTES = K_GROUPS * PROWS * COLS * 4;
-  constexpr int SMEM_BYTES = RING_BYTES > PARTIAL_BYTES ? RING_BYTES : PARTIAL_BYTES;
+  constexpr int SMEM_BYTES =
+      BULK ? 16 : (RING_BYTES > PARTIAL_BYTES ? RING_BYTES : PARTIAL_BYTES);
   __shared__ __align__(16) unsigned char smem[SMEM_BYTES];
+  // BULK: the ring lives in dynamic shared memory (kernels.cuda sizes it: bulk_smem_bytes):
+  // [mbarriers, 128 B][scales of the block's rows][biases][STAGES stages of weights].
+  constexpr int SPS = UNROLL;                               // K steps a stage holds
+  constexpr int PITCH = SPS * 64 + (SPS % 2 == 0 ? 64 : 0);  // a row's bytes in a stage
+  constexpr int STAGE_BYTES = K_GROUPS * COLS * PITCH;
+  constexpr int SB_BYTES = COLS * ROW_GROUPS * 2;
+  extern __shared__ __align__(128) unsigned char dsmem[];
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -165,7 +174,87 @@ CUDA_SOURCE = r"""
     }
   };
 
-  if constexpr (STAGES > 0) {
+  if constexpr (BULK) {
+    // Warp K_GROUPS is a producer: it fills a ring of STAGES stages (SPS K steps of every K
+    // group's rows each) with bulk copies, and the scales and biases of the block's rows once,
+    // each completing on an mbarrier; warps 0..K_GROUPS-1 only wait, read shared memory and
+    // compute, in the register pipeline's order (so its output bit for bit). A row's PITCH puts
+    // two rows 64 bytes apart modulo 128, so a quarter warp's 16-byte reads hit 32 banks.
+    constexpr int N_ST = GROUP_STEPS / SPS;
+    constexpr unsigned PAYLOAD = K_GROUPS * COLS * SPS * 64;
+    uint64_t* full = reinterpret_cast<uint64_t*>(dsmem);
+    uint64_t* empty = full + STAGES;
+    uint64_t* sb_full = empty + STAGES;
+    uint16_t* sm_s = reinterpret_cast<uint16_t*>(dsmem + 128);
+    uint16_t* sm_b = sm_s + COLS * ROW_GROUPS;
+    unsigned char* ring = dsmem + 128 + 2 * SB_BYTES;
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int i = 0; i < STAGES; ++i) {
+        dflash2_mbar_init(full + i, 1);
+        dflash2_mbar_init(empty + i, K_GROUPS);
+      }
+      dflash2_mbar_init(sb_full, 1);
+      dflash2_mbar_fence_init();
+    }
+    __syncthreads();
+    if (warp == K_GROUPS) {
+      if (lane == 0) dflash2_mbar_expect_tx(sb_full, 2 * SB_BYTES);
+      __syncwarp();
+      for (int r = lane; r < COLS; r += 32) {
+        const int n = n_base + r;
+        dflash2_bulk_g2s(sm_s + r * ROW_GROUPS, s16 + n * ROW_GROUPS, ROW_GROUPS * 2, sb_full);
+        dflash2_bulk_g2s(sm_b + r * ROW_GROUPS, b16 + n * ROW_GROUPS, ROW_GROUPS * 2, sb_full);
+      }
+#pragma unroll 1
+      for (int st = 0; st < N_ST; ++st) {
+        const int slot = st % STAGES;
+        if (st >= STAGES) dflash2_mbar_wait(empty + slot, ((st / STAGES) - 1) & 1);
+        if (lane == 0) dflash2_mbar_expect_tx(full + slot, PAYLOAD);
+        __syncwarp();
+        for (int i = lane; i < K_GROUPS * COLS; i += 32) {
+          const int kg = i / COLS, r = i % COLS;
+          const int n = n_base + r;
+          dflash2_bulk_g2s(ring + slot * STAGE_BYTES + (kg * COLS + r) * PITCH,
+                           w32 + n * WORDS + (kg * GROUP_STEPS + st * SPS) * 16, SPS * 64,
+                           full + slot);
+        }
+      }
+    } else {
+      dflash2_mbar_wait(sb_full, 0);
+#pragma unroll 1
+      for (int st = 0; st < N_ST; ++st) {
+        const int slot = st % STAGES;
+        uint4 xa[SPS][M_TILES][4];  // the stage's activations, loaded while its weights land
+#pragma unroll
+        for (int u = 0; u < SPS; ++u) load_x(xa[u], warp * GROUP_STEPS + st * SPS + u);
+        dflash2_mbar_wait(full + slot, (st / STAGES) & 1);
+        uint4 wq[SPS][COL_TILES][2];
+        uint32_t sc[SPS][COL_TILES][2], bi[SPS][COL_TILES][2];
+#pragma unroll
+        for (int u = 0; u < SPS; ++u) {
+          const int step = warp * GROUP_STEPS + st * SPS + u;
+          const int grp = (step * 128 + 32 * t) / GS;
+#pragma unroll
+          for (int c = 0; c < COL_TILES; ++c)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int r = 16 * c + g + 8 * h;
+              wq[u][c][h] = *reinterpret_cast<const uint4*>(
+                  ring + slot * STAGE_BYTES + (warp * COLS + r) * PITCH + u * 64 + 16 * t);
+              const uint32_t sv = sm_s[r * ROW_GROUPS + grp], bv = sm_b[r * ROW_GROUPS + grp];
+              sc[u][c][h] = sv | (sv << 16);
+              bi[u][c][h] = bv | (bv << 16);
+            }
+        }
+        __syncwarp();
+        if (lane == 0) dflash2_mbar_arrive(empty + slot);  // the slot is read: refill it
+#pragma unroll
+        for (int u = 0; u < SPS; ++u) mma_math(wq[u], sc[u], bi[u], xa[u]);
+      }
+    }
+    __syncthreads();  // the partial sums below reuse the ring's memory
+  } else if constexpr (STAGES > 0) {
     // The cp.async ring: slot [stage][row c * 2 + h][lane] of this warp's region. A lane reads
     // back only what it copied, so cp.async.wait_group alone orders the ring.
     uint4* ring_w = reinterpret_cast<uint4*>(smem) + warp * (STAGES * CT2 * 32);
@@ -303,7 +392,9 @@ CUDA_SOURCE = r"""
   }
 
   // C tile: rows are output columns (g, g + 8), columns are activation rows (2t, 2t + 1).
-  auto partial = reinterpret_cast<float (*)[PROWS][COLS]>(smem);
+  auto partial = reinterpret_cast<float (*)[PROWS][COLS]>(
+      BULK ? dsmem + 128 + 2 * SB_BYTES : smem);
+  if (warp < K_GROUPS)  // with BULK, warp K_GROUPS is the producer: no sums of its own
 #pragma unroll
   for (int mt = 0; mt < M_TILES; ++mt)
 #pragma unroll
@@ -322,7 +413,7 @@ CUDA_SOURCE = r"""
     y[m * N + n_base + col] = static_cast<T>(total);
   }
 """
-CUDA_HEADER = _CUDA_HEADER + MMA_HEADER + CP_ASYNC_HEADER + r"""
+CUDA_HEADER = _CUDA_HEADER + MMA_HEADER + CP_ASYNC_HEADER + BULK_HEADER + r"""
 // Nibbles 0 and 4 of ``bits`` as two dequantized activation-type values, low and high:
 // OR-ing a nibble into the mantissa of 1024 (fp16) or 128 (bf16) gives 1024 + q or 128 + q
 // exactly, the subtraction is exact, and the FMA rounds scale * q + bias once.
