@@ -31,6 +31,15 @@ registers so B blocks fit an SM (gate/up at M=8: 106 registers allow 4 blocks, s
 blocks need 1.03 waves; capped at 96 registers, 5 blocks hold them in one). It leaves the
 arithmetic, and so the output bit for bit, as it is.
 
+``bulk`` = 1 (with ``stages`` >= 2; sm_90) splits waiting from computing: one more warp, the
+producer, fills a ring of ``stages`` stages of ``unroll`` K steps of every K group's rows in
+dynamic shared memory with bulk copies (the TMA's 1-D form: one instruction a row and stage),
+and the block's scales and biases once, each completing on an mbarrier; the K groups' warps
+wait on the stage's barrier, read the ring, release the slot and compute, in the register
+pipeline's order, so the output is that pipeline's bit for bit. The levers measured on
+2026-12-04 (docs/KERNELS.md) left a warp that both waits on its loads and computes as what
+limits gate/up and down; this takes the wait off the computing warps without registers.
+
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
 
