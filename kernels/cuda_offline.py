@@ -50,14 +50,15 @@ def nvcc() -> str | None:
 
 
 def compile_sm90(name: str, dtype: str, constants: dict, header: str | None = None) -> PtxasReport:
-    """nvcc -arch=sm_90 -cubin; RuntimeError with nvcc's output when it does not compile."""
+    """nvcc -arch=sm_90a -cubin (MLX's JIT asks NVRTC for sm_90a on an H200); RuntimeError with
+    nvcc's output when it does not compile."""
     exe = nvcc()
     if exe is None:
         raise RuntimeError("nvcc is not on PATH")
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.cu"
         src.write_text(translation_unit(name, dtype, constants, header))
-        r = subprocess.run([exe, "-arch=sm_90", "-cubin", "-O3", "--ptxas-options=-v",
+        r = subprocess.run([exe, "-arch=sm_90a", "-cubin", "-O3", "--ptxas-options=-v",
                             str(src), "-o", str(Path(tmp) / "k.cubin")],
                            capture_output=True, text=True, timeout=300, check=False)
     out = r.stdout + r.stderr
