@@ -235,8 +235,9 @@ class Launcher:
 
     def captured(self, w: mx.array, scales: mx.array, biases: mx.array):
         """The launch on these weights as a compiled function of x alone, the weights constants
-        of its graph: a replay then flattens and checks one input, not four (+0.58 us over
-        stock's op on the H200's host, against +0.92 us for the shared 4-input function). The
+        of its graph: a replay then flattens and checks one input, not four (over stock's op on
+        the H200's hosts: +0.58 against +0.92 us for the shared 4-input function on a fast one,
+        +1.17 against +1.87 on a slow one, bench/results/h200/host_cost.json). The
         weights must be evaluated: a lazy constant's graph is replayed on every call. Each
         function object has its own entry in MLX's compile cache, freed with the function, so
         the constants live as long as the weights' memo. Called with a tracer (inside a
