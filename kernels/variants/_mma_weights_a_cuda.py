@@ -1,0 +1,378 @@
+"""The CUDA source of ``mma_weights_a`` (its contract, params and tiling: mma_weights_a.py).
+
+Kept apart because the source is most of the variant's lines; ``mma_weights_a`` takes
+``CUDA_SOURCE`` and ``CUDA_HEADER`` from here.
+"""
+
+from kernels.variants._cuda_common import BULK_HEADER, CP_ASYNC_HEADER, MMA_HEADER
+from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
+
+# Constants: M_ROWS (<= 16), COL_TILES (16-column tiles a warp owns: n_tile / 16), K_GROUPS,
+# UNROLL (K steps of 128 whose loads go out together), PREFETCH, STAGES (0: the register
+# pipeline of UNROLL / PREFETCH; >= 2: the cp.async ring), L2_PREFETCH (the ring's L2
+# prefetch hint, 128 or 256 bytes), X_EARLY (activations loaded with the weights: in the
+# register batch, or through the ring; else step by step before the math), BULK (the producer
+# warp's ring of STAGES stages of UNROLL steps in dynamic shared memory), K, N, GS, IS_BF16;
+# type T.
+# Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for
+# columns n0 + g and n0 + g + 8 one 16-byte load each (4 packed words), and the same 32
+# activations of row g (and g + 8 for a second B tile). Word i of those 4 feeds two mma steps;
+# in each, the lane's k-slots (2t, 2t+1, 2t+8, 2t+9) hold the word's nibbles (0, 4, 1, 5) and
+# then (2, 6, 3, 7), and the activations are paired the same way with PRMT, so A and B agree
+# on every k and the dot products are those of the contract.
+CUDA_SOURCE = r"""
+  constexpr int WORDS = K / 8;
+  constexpr int STEPS = K / 128;
+  constexpr int GROUP_STEPS = STEPS / K_GROUPS;
+  constexpr int ROW_GROUPS = K / GS;
+  constexpr int M_TILES = (M_ROWS + 7) / 8;
+  constexpr int COLS = 16 * COL_TILES;
+  constexpr int PROWS = 8 * M_TILES;
+  constexpr int CT2 = 2 * COL_TILES;  // weight rows a lane loads per K step
+  // Shared memory: the cp.async ring (STAGES > 0) and, after the K loop, the K groups' partial
+  // sums, in one buffer.
+  constexpr int RING_STAGES = STAGES > 0 ? STAGES : 1;  // slot arithmetic (no % 0 when off)
+  constexpr int XQ = X_EARLY ? 4 * M_TILES : 0;         // 16-byte activation chunks a step
+  constexpr int RING_W = STAGES * K_GROUPS * CT2 * 32;  // 16-byte weight chunks
+  constexpr int RING_X = STAGES * K_GROUPS * XQ * 32;   // 16-byte activation chunks
+  constexpr int RING_S = RING_W;                        // 4-byte scale (and bias) words
+  constexpr int RING_BYTES = (RING_W + RING_X) * 16 + 2 * RING_S * 4;
+  constexpr int PARTIAL_BYTES = K_GROUPS * PROWS * COLS * 4;
+  constexpr int SMEM_BYTES =
+      BULK ? 16 : (RING_BYTES > PARTIAL_BYTES ? RING_BYTES : PARTIAL_BYTES);
+  __shared__ __align__(16) unsigned char smem[SMEM_BYTES];
+  // BULK: the ring lives in dynamic shared memory (kernels.cuda sizes it: bulk_smem_bytes):
+  // [mbarriers, 128 B][scales of the block's rows][biases][STAGES stages of weights].
+  constexpr int SPS = UNROLL;                               // K steps a stage holds
+  constexpr int PITCH = SPS * 64 + (SPS % 2 == 0 ? 64 : 0);  // a row's bytes in a stage
+  constexpr int STAGE_BYTES = K_GROUPS * COLS * PITCH;
+  constexpr int SB_BYTES = COLS * ROW_GROUPS * 2;
+  extern __shared__ __align__(128) unsigned char dsmem[];
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int n_base = blockIdx.x * COLS;
+  const uint32_t* w32 = reinterpret_cast<const uint32_t*>(w);
+  const uint16_t* s16 = reinterpret_cast<const uint16_t*>(scales);
+  const uint16_t* b16 = reinterpret_cast<const uint16_t*>(biases);
+  float acc[M_TILES][COL_TILES][4];
+#pragma unroll
+  for (int mt = 0; mt < M_TILES; ++mt)
+#pragma unroll
+    for (int c = 0; c < COL_TILES; ++c)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[mt][c][r] = 0.f;
+
+  // The lane's activations of one K step (row g, + 8; zeros past M) from global memory (read by
+  // every warp: L1/L2 hits).
+  auto load_x = [&](uint4 (&xa)[M_TILES][4], int step) {
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; ++mt) {
+      const int row = 8 * mt + g;
+      const uint4* xp = reinterpret_cast<const uint4*>(x + row * K + step * 128 + 32 * t);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) xa[mt][i] = row < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
+    }
+  };
+  // One K step's math: per word 2 dequantized A tiles per column tile and 2 mma per activation
+  // tile.
+  auto mma_math = [&](const uint4 (&wq)[COL_TILES][2], const uint32_t (&sc)[COL_TILES][2],
+                      const uint32_t (&bi)[COL_TILES][2], const uint4 (&xa)[M_TILES][4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint32_t bx[M_TILES][4];  // activation pairs (0,4), (1,5), (2,6), (3,7) of word i
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        const uint4 v = xa[mt][i];
+        bx[mt][0] = __byte_perm(v.x, v.z, 0x5410);
+        bx[mt][1] = __byte_perm(v.x, v.z, 0x7632);
+        bx[mt][2] = __byte_perm(v.y, v.w, 0x5410);
+        bx[mt][3] = __byte_perm(v.y, v.w, 0x7632);
+      }
+#pragma unroll
+      for (int c = 0; c < COL_TILES; ++c) {
+        uint32_t a[2][4];  // [column lo/hi][nibble pair]
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint4 v = wq[c][h];
+          const uint32_t q = i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            a[h][j] = dflash2_dequant_pair<IS_BF16>(q >> (4 * j), sc[c][h], bi[c][h]);
+        }
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; ++mt) {
+          dflash2_mma<IS_BF16>(acc[mt][c][0], acc[mt][c][1], acc[mt][c][2], acc[mt][c][3],
+                               a[0][0], a[1][0], a[0][1], a[1][1], bx[mt][0], bx[mt][1]);
+          dflash2_mma<IS_BF16>(acc[mt][c][0], acc[mt][c][1], acc[mt][c][2], acc[mt][c][3],
+                               a[0][2], a[1][2], a[0][3], a[1][3], bx[mt][2], bx[mt][3]);
+        }
+      }
+    }
+  };
+
+  if constexpr (BULK) {
+    // Warp K_GROUPS is a producer: it fills a ring of STAGES stages (SPS K steps of every K
+    // group's rows each) with bulk copies, and the scales and biases of the block's rows once,
+    // each completing on an mbarrier; warps 0..K_GROUPS-1 only wait, read shared memory and
+    // compute, in the register pipeline's order (so its output bit for bit). A row's PITCH puts
+    // two rows 64 bytes apart modulo 128, so a quarter warp's 16-byte reads hit 32 banks.
+    constexpr int N_ST = GROUP_STEPS / SPS;
+    constexpr unsigned PAYLOAD = K_GROUPS * COLS * SPS * 64;
+    uint64_t* full = reinterpret_cast<uint64_t*>(dsmem);
+    uint64_t* empty = full + STAGES;
+    uint64_t* sb_full = empty + STAGES;
+    uint16_t* sm_s = reinterpret_cast<uint16_t*>(dsmem + 128);
+    uint16_t* sm_b = sm_s + COLS * ROW_GROUPS;
+    unsigned char* ring = dsmem + 128 + 2 * SB_BYTES;
+    if (threadIdx.x == 0) {
+#pragma unroll
+      for (int i = 0; i < STAGES; ++i) {
+        dflash2_mbar_init(full + i, 1);
+        dflash2_mbar_init(empty + i, K_GROUPS);
+      }
+      dflash2_mbar_init(sb_full, 1);
+      dflash2_mbar_fence_init();
+    }
+    __syncthreads();
+    if (warp == K_GROUPS) {
+      if (lane == 0) dflash2_mbar_expect_tx(sb_full, 2 * SB_BYTES);
+      __syncwarp();
+      for (int r = lane; r < COLS; r += 32) {
+        const int n = n_base + r;
+        dflash2_bulk_g2s(sm_s + r * ROW_GROUPS, s16 + n * ROW_GROUPS, ROW_GROUPS * 2, sb_full);
+        dflash2_bulk_g2s(sm_b + r * ROW_GROUPS, b16 + n * ROW_GROUPS, ROW_GROUPS * 2, sb_full);
+      }
+#pragma unroll 1
+      for (int st = 0; st < N_ST; ++st) {
+        const int slot = st % STAGES;
+        if (st >= STAGES) dflash2_mbar_wait(empty + slot, ((st / STAGES) - 1) & 1);
+        if (lane == 0) dflash2_mbar_expect_tx(full + slot, PAYLOAD);
+        __syncwarp();
+        for (int i = lane; i < K_GROUPS * COLS; i += 32) {
+          const int kg = i / COLS, r = i % COLS;
+          const int n = n_base + r;
+          dflash2_bulk_g2s(ring + slot * STAGE_BYTES + (kg * COLS + r) * PITCH,
+                           w32 + n * WORDS + (kg * GROUP_STEPS + st * SPS) * 16, SPS * 64,
+                           full + slot);
+        }
+      }
+    } else {
+      dflash2_mbar_wait(sb_full, 0);
+#pragma unroll 1
+      for (int st = 0; st < N_ST; ++st) {
+        const int slot = st % STAGES;
+        uint4 xa[SPS][M_TILES][4];  // the stage's activations, loaded while its weights land
+#pragma unroll
+        for (int u = 0; u < SPS; ++u) load_x(xa[u], warp * GROUP_STEPS + st * SPS + u);
+        dflash2_mbar_wait(full + slot, (st / STAGES) & 1);
+        uint4 wq[SPS][COL_TILES][2];
+        uint32_t sc[SPS][COL_TILES][2], bi[SPS][COL_TILES][2];
+#pragma unroll
+        for (int u = 0; u < SPS; ++u) {
+          const int step = warp * GROUP_STEPS + st * SPS + u;
+          const int grp = (step * 128 + 32 * t) / GS;
+#pragma unroll
+          for (int c = 0; c < COL_TILES; ++c)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int r = 16 * c + g + 8 * h;
+              wq[u][c][h] = *reinterpret_cast<const uint4*>(
+                  ring + slot * STAGE_BYTES + (warp * COLS + r) * PITCH + u * 64 + 16 * t);
+              const uint32_t sv = sm_s[r * ROW_GROUPS + grp], bv = sm_b[r * ROW_GROUPS + grp];
+              sc[u][c][h] = sv | (sv << 16);
+              bi[u][c][h] = bv | (bv << 16);
+            }
+        }
+        __syncwarp();
+        if (lane == 0) dflash2_mbar_arrive(empty + slot);  // the slot is read: refill it
+#pragma unroll
+        for (int u = 0; u < SPS; ++u) mma_math(wq[u], sc[u], bi[u], xa[u]);
+      }
+    }
+    __syncthreads();  // the partial sums below reuse the ring's memory
+  } else if constexpr (STAGES > 0) {
+    // The cp.async ring: slot [stage][row c * 2 + h][lane] of this warp's region. A lane reads
+    // back only what it copied, so cp.async.wait_group alone orders the ring.
+    uint4* ring_w = reinterpret_cast<uint4*>(smem) + warp * (STAGES * CT2 * 32);
+    uint4* ring_x = reinterpret_cast<uint4*>(smem + RING_W * 16) +
+                    warp * (STAGES * XQ * 32);
+    uint32_t* ring_s = reinterpret_cast<uint32_t*>(smem + (RING_W + RING_X) * 16) +
+                       warp * (STAGES * CT2 * 32);
+    uint32_t* ring_b = ring_s + RING_S;
+    auto issue = [&](int s) {
+      if (s < GROUP_STEPS) {
+        const int slot = (s % RING_STAGES) * CT2 * 32 + lane;
+        const int step = warp * GROUP_STEPS + s;
+        const int word = step * 16 + 4 * t;
+        const int grp = (step * 128 + 32 * t) / GS;
+#pragma unroll
+        for (int c = 0; c < COL_TILES; ++c)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int n = n_base + 16 * c + g + 8 * h;
+            const int at = slot + (2 * c + h) * 32;
+            const int si = (n * ROW_GROUPS + grp) & ~1;  // the aligned word holding it
+            dflash2_cp_async16<L2_PREFETCH>(ring_w + at, w32 + n * WORDS + word);
+            dflash2_cp_async4(ring_s + at, s16 + si);
+            dflash2_cp_async4(ring_b + at, b16 + si);
+          }
+        if constexpr (X_EARLY) {  // the step's activations too (rows past M stay unread)
+          const int xslot = (s % RING_STAGES) * XQ * 32 + lane;
+#pragma unroll
+          for (int mt = 0; mt < M_TILES; ++mt) {
+            const int row = 8 * mt + g;
+            if (row < M_ROWS) {
+              const T* xp = x + row * K + step * 128 + 32 * t;
+#pragma unroll
+              for (int i = 0; i < 4; ++i)
+                dflash2_cp_async16_ca(ring_x + xslot + (4 * mt + i) * 32, xp + 8 * i);
+            }
+          }
+        }
+      }
+      dflash2_cp_async_commit();  // empty groups past the end keep the count uniform
+    };
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) issue(s);
+#pragma unroll 1
+    for (int s = 0; s < GROUP_STEPS; ++s) {
+      dflash2_cp_async_wait<(STAGES > 1 ? STAGES - 2 : 0)>();  // step s has landed
+      const int slot = (s % RING_STAGES) * CT2 * 32 + lane;
+      const int step = warp * GROUP_STEPS + s;
+      const int grp = (step * 128 + 32 * t) / GS;
+      uint4 wq[COL_TILES][2];
+      uint32_t sc[COL_TILES][2], bi[COL_TILES][2];
+#pragma unroll
+      for (int c = 0; c < COL_TILES; ++c)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int at = slot + (2 * c + h) * 32;
+          const int n = n_base + 16 * c + g + 8 * h;
+          const int shift = 16 * ((n * ROW_GROUPS + grp) & 1);
+          wq[c][h] = ring_w[at];
+          const uint32_t sv = (ring_s[at] >> shift) & 0xFFFFu;
+          const uint32_t bv = (ring_b[at] >> shift) & 0xFFFFu;
+          sc[c][h] = sv | (sv << 16);
+          bi[c][h] = bv | (bv << 16);
+        }
+      uint4 xa[M_TILES][4];
+      if constexpr (X_EARLY) {
+        const int xslot = (s % RING_STAGES) * XQ * 32 + lane;
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; ++mt)
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            xa[mt][i] = 8 * mt + g < M_ROWS ? ring_x[xslot + (4 * mt + i) * 32]
+                                            : make_uint4(0, 0, 0, 0);
+      }
+      issue(s + STAGES - 1);  // into the slot step s - 1 used: already read back
+      if constexpr (!X_EARLY) load_x(xa, step);
+      mma_math(wq, sc, bi, xa);
+    }
+    dflash2_cp_async_wait<0>();
+    __syncthreads();  // the partial sums below reuse the ring's memory
+  } else {
+    // One batch: the weight loads of UNROLL K steps, all issued before any is used.
+    // X_EARLY: the batch's activations are loaded with its weights, not step by step.
+    struct Batch {
+      uint4 wq[UNROLL][COL_TILES][2];
+      uint32_t sc[UNROLL][COL_TILES][2], bi[UNROLL][COL_TILES][2];
+      uint4 xa[X_EARLY ? UNROLL : 1][M_TILES][4];
+    };
+    auto load = [&](Batch& b, int s0) {
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        const int step = warp * GROUP_STEPS + s0 + u;
+        const int word = step * 16 + 4 * t;
+        const int grp = (step * 128 + 32 * t) / GS;
+#pragma unroll
+        for (int c = 0; c < COL_TILES; ++c)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int n = n_base + 16 * c + g + 8 * h;
+            b.wq[u][c][h] = __ldcs(reinterpret_cast<const uint4*>(w32 + n * WORDS + word));
+            const uint32_t sv = s16[n * ROW_GROUPS + grp], bv = b16[n * ROW_GROUPS + grp];
+            b.sc[u][c][h] = sv | (sv << 16);
+            b.bi[u][c][h] = bv | (bv << 16);
+          }
+        if constexpr (X_EARLY) load_x(b.xa[u], step);
+      }
+    };
+    auto compute = [&](const Batch& b, int s0) {
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        if constexpr (X_EARLY) {
+          mma_math(b.wq[u], b.sc[u], b.bi[u], b.xa[u]);
+        } else {
+          uint4 xa[M_TILES][4];
+          load_x(xa, warp * GROUP_STEPS + s0 + u);
+          mma_math(b.wq[u], b.sc[u], b.bi[u], xa);
+        }
+      }
+    };
+    // PREFETCH: the next batch's loads go out before this batch's math (two batches of
+    // registers), so a warp never waits on memory with nothing to do.
+    Batch cur;
+    load(cur, 0);
+    for (int s0 = 0; s0 < GROUP_STEPS; s0 += UNROLL) {
+      if constexpr (PREFETCH) {
+        Batch nxt;
+        if (s0 + UNROLL < GROUP_STEPS) load(nxt, s0 + UNROLL);
+        compute(cur, s0);
+        cur = nxt;
+      } else {
+        if (s0) load(cur, s0);
+        compute(cur, s0);
+      }
+    }
+  }
+
+  // C tile: rows are output columns (g, g + 8), columns are activation rows (2t, 2t + 1).
+  auto partial = reinterpret_cast<float (*)[PROWS][COLS]>(
+      BULK ? dsmem + 128 + 2 * SB_BYTES : smem);
+  if (warp < K_GROUPS)  // with BULK, warp K_GROUPS is the producer: no sums of its own
+#pragma unroll
+  for (int mt = 0; mt < M_TILES; ++mt)
+#pragma unroll
+    for (int c = 0; c < COL_TILES; ++c) {
+      partial[warp][8 * mt + 2 * t][16 * c + g] = acc[mt][c][0];
+      partial[warp][8 * mt + 2 * t + 1][16 * c + g] = acc[mt][c][1];
+      partial[warp][8 * mt + 2 * t][16 * c + g + 8] = acc[mt][c][2];
+      partial[warp][8 * mt + 2 * t + 1][16 * c + g + 8] = acc[mt][c][3];
+    }
+  __syncthreads();
+  for (int e = threadIdx.x; e < M_ROWS * COLS; e += blockDim.x) {
+    const int m = e / COLS, col = e % COLS;
+    float total = partial[0][m][col];
+#pragma unroll
+    for (int h = 1; h < K_GROUPS; ++h) total += partial[h][m][col];  // groups in order
+    y[m * N + n_base + col] = static_cast<T>(total);
+  }
+"""
+CUDA_HEADER = _CUDA_HEADER + MMA_HEADER + CP_ASYNC_HEADER + BULK_HEADER + r"""
+// Nibbles 0 and 4 of ``bits`` as two dequantized activation-type values, low and high:
+// OR-ing a nibble into the mantissa of 1024 (fp16) or 128 (bf16) gives 1024 + q or 128 + q
+// exactly, the subtraction is exact, and the FMA rounds scale * q + bias once.
+template <bool BF16>
+__device__ __forceinline__ uint32_t dflash2_dequant_pair(uint32_t bits, uint32_t scale2,
+                                                         uint32_t bias2) {
+  constexpr uint32_t MAGIC = BF16 ? 0x43004300u : 0x64006400u;
+  uint32_t v = (bits & 0x000F000Fu) | MAGIC;
+  uint32_t magic = MAGIC, out;
+  if constexpr (BF16) {
+    __nv_bfloat162 r = __hfma2(__hsub2(*reinterpret_cast<__nv_bfloat162*>(&v),
+                                       *reinterpret_cast<__nv_bfloat162*>(&magic)),
+                               *reinterpret_cast<__nv_bfloat162*>(&scale2),
+                               *reinterpret_cast<__nv_bfloat162*>(&bias2));
+    out = *reinterpret_cast<uint32_t*>(&r);
+  } else {
+    __half2 r = __hfma2(__hsub2(*reinterpret_cast<__half2*>(&v),
+                                *reinterpret_cast<__half2*>(&magic)),
+                        *reinterpret_cast<__half2*>(&scale2),
+                        *reinterpret_cast<__half2*>(&bias2));
+    out = *reinterpret_cast<uint32_t*>(&r);
+  }
+  return out;
+}
+"""
