@@ -62,7 +62,7 @@ def pytest_sessionstart(session):
     log = os.environ.get("BENCH_XDIST_LOG")
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if log and worker:
-        from dflash2.device import current_device
+        from devices.identity import current_device
 
         with open(os.path.join(log, worker), "w", encoding="utf-8") as f:
             f.write(current_device().arch)

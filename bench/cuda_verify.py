@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mlx.core as mx
 
-from dflash2.device import current_device
+from devices.identity import current_device
 from kernels import cuda
 from kernels.bench.host_cost import host_paired_us
 from kernels.qweights import QWeights

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cuda_verify as cv
 import mlx.core as mx
 
-from dflash2.device import current_device
+from devices.identity import current_device
 from kernels import cuda
 
 NAME = "mma_weights_a"

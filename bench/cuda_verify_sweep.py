@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mlx.core as mx
 import numpy as np
 
-from dflash2.device import current_device
+from devices.identity import current_device
 from kernels import arith, cuda
 from kernels.qweights import QWeights
 from kernels.ulps import scaled_ulps

@@ -67,7 +67,7 @@ GENERATOR_VERSION = 1  # bump when the mutant generator changes what it produces
 JOB_TIMEOUT_S = 900.0  # one device's suite run (the farm's default is an hour)
 HARD_GRACE_S = 120.0  # past the job timeout, the driver kills the runner itself
 VARIANTS_DIR = "kernels/variants"
-DIGEST_DIRS = ("kernels", "suites", "dflash2", "farm", "pyproject.toml")
+DIGEST_DIRS = ("kernels", "suites", "devices", "dflash2", "farm", "pyproject.toml")
 
 # -- C++ tokens ---------------------------------------------------------------------------------
 

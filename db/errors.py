@@ -1,6 +1,6 @@
 """The one error type of the history: `FarmError(message, exit_code)` (docs/CONTRACTS.md).
 
-`farm.errors` is a leaf module (it imports only `dflash2.errors`); this is the single place `db/`
+`farm.errors` is a leaf module (it imports only `devices.errors`); this is the single place `db/`
 touches `farm`, so the contract's "open_history raises FarmError" holds without `db` depending
 on the orchestrator.
 """

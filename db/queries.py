@@ -1,7 +1,7 @@
 """Questions asked of the history: runs, one run's matrix, one test's series, user SQL.
 
 Each returns plain JSON-able data; the CLI renders it (rich table or ``--json``). Device
-filters are predicates over a device dict, so selector grammar stays in `dflash2.device`.
+filters are predicates over a device dict, so selector grammar stays in `devices.identity`.
 """
 
 from __future__ import annotations

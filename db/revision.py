@@ -19,7 +19,7 @@ EXCLUDES = [".git", ".venv", "venv", "*.db", "*.db-wal", "*.db-shm", "*.sqlite",
             "__pycache__", "*.pyc", "bench/results", ".pytest_cache", ".ruff_cache",
             "*.egg-info", ".wheels", "wheels"]
 # Outside a checkout (an installed copy), only the project's own packages are the tree.
-PACKAGES = ("dflash2", "kernels", "suites", "farm", "db")
+PACKAGES = ("devices", "dflash2", "kernels", "suites", "farm", "db")
 PROJECT_MARKER = 'name = "dflash2-farm"'
 
 

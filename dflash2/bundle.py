@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from mlx import nn
 from mlx.utils import tree_map_with_path
 
-from dflash2.device import DeviceIdentity, current_device
+from devices.identity import DeviceIdentity, current_device
 from dflash2.model import BlockDraft, TinyTarget
 from dflash2.quant import QuantSpec, parse_quant_spec, resolve_draft_spec
 from dflash2.verify import (
@@ -51,7 +51,7 @@ def _wrap(model: nn.Module, make) -> list[nn.Module]:
 def _check_spec(draft: BlockDraft, spec: QuantSpec) -> None:
     cfg = draft.cfg
     if (cfg.bits, cfg.group_size) != (spec.bits, spec.group_size):
-        from dflash2.errors import Dflash2Error
+        from devices.errors import Dflash2Error
 
         raise Dflash2Error(
             f"draft spec {spec} does not match the draft's weights "

@@ -11,8 +11,8 @@ from dataclasses import asdict, dataclass
 
 import mlx.core as mx
 
-from dflash2.device import DeviceIdentity
-from dflash2.errors import Dflash2Error
+from devices.errors import Dflash2Error
+from devices.identity import DeviceIdentity
 
 # Generations whose W4A16 draft gives non-finite logits (field reports: M1 family).
 W4A16_NONFINITE_GENERATIONS: tuple[int, ...] = (13,)

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import mlx.core as mx
 from mlx import nn
 
-from dflash2.device import DeviceIdentity
+from devices.identity import DeviceIdentity
 from kernels.dispatch import quantized_matmul
 from kernels.qweights import QWeights
 from kernels.selection import FALLBACK_DTYPE, Choice

@@ -1,6 +1,6 @@
 """Errors the farm reports as one line and an exit code (see README: exit codes)."""
 
-from dflash2.errors import Dflash2Error
+from devices.errors import Dflash2Error
 
 EXIT_OK = 0
 EXIT_FLAGGED = 1  # unexpected results or regressions

@@ -19,7 +19,7 @@ import os
 
 import mlx.core as mx
 
-from dflash2.device import DeviceIdentity
+from devices.identity import DeviceIdentity
 from kernels import metal
 from kernels.qweights import QWeights
 from kernels.recorder import (

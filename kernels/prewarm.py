@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 import mlx.core as mx
 
-from dflash2.device import DeviceIdentity
+from devices.identity import DeviceIdentity
 from kernels.dispatch import choose, dtype_name, run_variant
 from kernels.qweights import QWeights
 

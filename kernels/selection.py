@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dflash2.device import DeviceIdentity
+from devices.identity import DeviceIdentity
 from kernels import tiling
 
 TUNED = "tuned"

@@ -23,8 +23,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dflash2.device import DeviceIdentity
-from dflash2.errors import Dflash2Error
+from devices.errors import Dflash2Error
+from devices.identity import DeviceIdentity
 
 RESULTS = ("Failure", "Skip", "Slow", "Flaky")
 CATEGORIES = ("expected_pass", "expected_fail", "unexpected_fail", "unexpected_pass", "skipped")

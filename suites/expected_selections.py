@@ -15,7 +15,7 @@ import sys
 
 import mlx.core as mx
 
-from dflash2.device import DeviceIdentity, current_device
+from devices.identity import DeviceIdentity, current_device
 from kernels.selection import load_table, select
 from suites.support import HERE
 

@@ -12,7 +12,7 @@ import tomllib
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 
-from dflash2.errors import Dflash2Error
+from devices.errors import Dflash2Error
 
 MANIFEST = Path(__file__).resolve().with_name("manifest.toml")
 ROOT = Path(__file__).resolve().parent.parent  # the shipped tree: paths are relative to it

@@ -27,8 +27,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from dflash2.device import ENV_ARCH, DeviceIdentity, current_device
-from dflash2.errors import Dflash2Error
+from devices.errors import Dflash2Error
+from devices.identity import ENV_ARCH, DeviceIdentity, current_device
 from dflash2.runtime_context import run_context
 from kernels.recorder import Selection, recording
 from suites.expectations import (

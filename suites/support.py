@@ -18,7 +18,7 @@ import mlx.core as mx
 import numpy as np
 from mlx import nn
 
-from dflash2.device import DeviceIdentity, current_device
+from devices.identity import DeviceIdentity, current_device
 from kernels import arith
 from kernels.dispatch import dtype_name, quantized_matmul, run_variant
 from kernels.qweights import QWeights

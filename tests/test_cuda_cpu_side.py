@@ -12,7 +12,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from dflash2.device import DeviceIdentity, parse_selectors
+from devices.identity import DeviceIdentity, parse_selectors
 from kernels import arith, cuda, cuda_offline
 from kernels.qweights import QWeights
 from kernels.selection import select

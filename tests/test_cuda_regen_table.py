@@ -10,7 +10,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from dflash2.device import DeviceIdentity
+from devices.identity import DeviceIdentity
 from kernels.selection import FALLBACK_MEASURED, TUNED, build_table, select
 
 ROOT = Path(__file__).resolve().parents[1]

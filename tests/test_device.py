@@ -3,8 +3,8 @@ import sys
 
 import pytest
 
-from dflash2.device import current_device, parse_selector, parse_selectors
-from dflash2.errors import Dflash2Error
+from devices.errors import Dflash2Error
+from devices.identity import current_device, parse_selector, parse_selectors
 
 
 def test_native_device_is_read_from_mlx():

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dflash2.device import DeviceIdentity
-from dflash2.errors import Dflash2Error
+from devices.errors import Dflash2Error
+from devices.identity import DeviceIdentity
 from suites.expectations import (
     ExpectationsError,
     classify,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from farm_procs import device_job_events as _events
 
-from dflash2.device import current_device, emulated_identity, parse_selectors
+from devices.identity import current_device, emulated_identity, parse_selectors
 from farm.errors import FarmError
 from farm.fleet import embedded, placement, shipping
 from farm.fleet.devices import (

@@ -200,7 +200,7 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(cli, tmp_path, monkeypatch):
     assert out.stderr.strip().splitlines() == [want]
     # `farm run` only looks: no state directory, or an unusable one, is no warm fleet (nothing
     # made, nothing said), never an error of the run.
-    from dflash2.device import parse_selectors
+    from devices.identity import parse_selectors
     from farm.fleet import warm
 
     said: list[str] = []

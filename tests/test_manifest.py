@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash2.errors import Dflash2Error
+from devices.errors import Dflash2Error
 from suites.manifest import ROOT, Suite, load_manifest, resolve_suite
 
 NAMES = ["m8-parity", "numeric-bounds", "fingerprint", "greedy-e2e", "selection", "bench", "all"]

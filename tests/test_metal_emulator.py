@@ -12,7 +12,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from dflash2.device import current_device
+from devices.identity import current_device
 from kernels import dispatch
 from kernels.metal_emu import executor, mlx_metal, oracle, source, toolchain
 from kernels.metal_emu import run as emu

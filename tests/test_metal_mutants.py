@@ -155,7 +155,7 @@ import json, sys
 import mlx.core as mx
 from kernels.metal_emu import toolchain
 toolchain.KERNEL_FLAGS = [*toolchain.KERNEL_FLAGS, *json.loads(sys.argv[1])]
-from dflash2.device import current_device
+from devices.identity import current_device
 from kernels import dispatch
 from kernels.qweights import QWeights
 device = current_device("applegpu_g14s")

@@ -40,7 +40,7 @@ import time
 import mlx.core as mx
 import pytest
 
-from dflash2.device import current_device
+from devices.identity import current_device
 from kernels.recorder import Selection, report
 
 SEL = Selection("gate_up", "bfloat16", 8, 5120, 17408, "scalar_kmajor", "tuned",

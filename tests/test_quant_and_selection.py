@@ -1,7 +1,7 @@
 import pytest
 
-from dflash2.device import current_device
-from dflash2.errors import Dflash2Error
+from devices.errors import Dflash2Error
+from devices.identity import current_device
 from dflash2.quant import QuantSpec, parse_quant_spec, resolve_draft_spec
 from kernels.selection import (
     FALLBACK_DEVICE,

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from mlx import nn
 
+from devices.identity import current_device
 from dflash2.bundle import build_runtime
 from dflash2.decode import SpecStats, greedy_autoregressive, greedy_speculative
-from dflash2.device import current_device
 from dflash2.model import build_pair
 from dflash2.verify import (
     DraftQuantizedLinear,

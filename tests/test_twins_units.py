@@ -11,8 +11,8 @@ import pytest
 from db_fixtures import result, session_finish, session_start, write_jsonl
 from test_history_cli import farm
 
-from dflash2.device import emulated_identity
-from dflash2.errors import Dflash2Error
+from devices.errors import Dflash2Error
+from devices.identity import emulated_identity
 from farm.fleet import placement, shipping
 from farm.fleet.devices import Device, check_twins, parse_selectors, twin_cap
 from farm.runner.sharding import WorkSteal

@@ -68,10 +68,10 @@ def _when(t: float | None) -> str:
 
 
 def _device_filter(text: str | None):
-    """A predicate over device dicts from the farm's selector grammar (`dflash2.device`)."""
+    """A predicate over device dicts from the farm's selector grammar (`devices.identity`)."""
     if not text:
         return None
-    from dflash2.device import DeviceIdentity, parse_selectors
+    from devices.identity import DeviceIdentity, parse_selectors
 
     sels = parse_selectors(text)
 

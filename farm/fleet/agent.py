@@ -62,7 +62,7 @@ def agent_command(o: AgentOptions, labels: dict[str, str]) -> list[str]:
 
 def start_agent(o: AgentOptions) -> str:
     """Join the cluster; return a one-line description of the device node it started."""
-    from dflash2.device import ENV_ARCH, current_device
+    from devices.identity import ENV_ARCH, current_device
 
     probe(o.address)
     dev = current_device(o.emulate) if o.emulate else current_device()

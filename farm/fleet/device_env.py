@@ -11,7 +11,7 @@ from pathlib import Path
 
 from dflash2.runtime_context import without_dispatch_env
 
-ENV_ARCH = "DFLASH2_DEVICE_ARCH"  # dflash2.device.ENV_ARCH, without importing MLX here
+ENV_ARCH = "DFLASH2_DEVICE_ARCH"  # devices.identity.ENV_ARCH, without importing MLX here
 
 
 def job_env(device: dict, workdir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from dflash2.device import DeviceIdentity, Selector, parse_selector
-from dflash2.errors import Dflash2Error
+from devices.errors import Dflash2Error
+from devices.identity import DeviceIdentity, Selector, parse_selector
 
 RESOURCE = "dflash2_device"  # one unit per device node: one suite job at a time
 LABEL_PREFIX = "dflash2/"
@@ -170,7 +170,7 @@ class TwinSelector(Selector):
 
 
 def parse_selectors(text: str) -> list[Selector]:
-    """`dflash2.device.parse_selectors`, plus an optional ``*N`` on each selector."""
+    """`devices.identity.parse_selectors`, plus an optional ``*N`` on each selector."""
     parts = [p for p in (s.strip() for s in (text or "").split(",")) if p]
     if not parts:
         raise Dflash2Error("empty device selector: name at least one device, e.g. --devices g13s")

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from dflash2.device import DeviceIdentity, Selector, current_device, emulated_identity
+from devices.identity import DeviceIdentity, Selector, current_device, emulated_identity
 from farm.errors import EXIT_INFRA, EXIT_USAGE, FarmError
 from farm.fleet.cluster import free_ports, use_token_auth
 from farm.fleet.devices import RESOURCE, device_labels

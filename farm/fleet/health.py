@@ -43,7 +43,7 @@ def golden() -> dict:
     """Device identity and the golden comparison, measured in this process."""
     import mlx.core as mx
 
-    from dflash2.device import current_device
+    from devices.identity import current_device
 
     dev = current_device()
     mx.random.seed(0)

@@ -27,7 +27,7 @@ def keep(path: Path, nonce: str, devices: list[dict]) -> int:
     """The keeper's life: start the fleet, record it, wait for SIGTERM/SIGINT/SIGHUP (or its
     GCS to stop answering), kill the fleet, remove the record. (Signals are handled, not
     blocked: a blocked mask would be inherited by every Ray process it starts.)"""
-    from dflash2.device import DeviceIdentity
+    from devices.identity import DeviceIdentity
     from farm.fleet import embedded, reaping
     from farm.fleet.cluster import disconnect, use_token_auth
     from farm.tempdirs import owned_tmpdir

@@ -93,7 +93,7 @@ class WarmFleet:
         return [d["arch"] + (" (emulated)" if d.get("emulated") else "") for d in self.devices]
 
     def identities(self):
-        from dflash2.device import DeviceIdentity
+        from devices.identity import DeviceIdentity
 
         return [DeviceIdentity(**d) for d in self.devices]
 

@@ -12,7 +12,7 @@ from farm.errors import EXIT_USAGE, FarmError
 def check_arch_env() -> None:
     """A malformed DFLASH2_DEVICE_ARCH in the driver's environment is the user's to fix now,
     not an error in every device job's pytest after the fleet has started."""
-    from dflash2.device import ENV_ARCH, parse_apple_arch
+    from devices.identity import ENV_ARCH, parse_apple_arch
 
     arch = os.environ.get(ENV_ARCH, "").strip()
     if arch:

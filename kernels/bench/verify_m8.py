@@ -19,8 +19,8 @@ import time
 
 import mlx.core as mx
 
-from dflash2.device import current_device
-from dflash2.errors import Dflash2Error
+from devices.errors import Dflash2Error
+from devices.identity import current_device
 from kernels.dispatch import run_variant
 from kernels.qweights import QWeights
 from kernels.selection import Choice, select

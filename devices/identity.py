@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import mlx.core as mx
 
-from dflash2.errors import Dflash2Error
+from devices.errors import Dflash2Error
 
 ENV_ARCH = "DFLASH2_DEVICE_ARCH"
 
