@@ -105,6 +105,16 @@ def as_params(pt) -> dict:
     return {**p, **extra}
 
 
+def selected(points, no_ring: bool = False, no_bulk: bool = False) -> list:
+    """``points`` without the cp.async ring's tiles (``no_ring``; the bulk pipeline also has
+    ``stages`` but is not the ring) or the bulk pipeline's (``no_bulk``): the sweep and the ncu
+    run (cuda_verify_ncu.py --points) drop the same ones."""
+    def keep(pt) -> bool:
+        p = as_params(pt)
+        return not ((no_ring and p["stages"] and not p["bulk"]) or (no_bulk and p["bulk"]))
+    return [pt for pt in points if keep(pt)]
+
+
 def rel_max(a: mx.array, b: mx.array) -> float:
     a, b = a.astype(mx.float32), b.astype(mx.float32)
     return (mx.abs(a - b).max() / mx.abs(b).max()).item()
@@ -366,9 +376,7 @@ def main(argv=None) -> int:
     if args.smoke or args.smoke_bulk:
         return smoke(BULK_SMOKE if args.smoke_bulk else RING_SMOKE)
     for op, pts in list(POINTS.items()):
-        POINTS[op] = [pt for pt in pts
-                      if not (args.no_ring and as_params(pt)["stages"] and not as_params(pt)["bulk"])
-                      and not (args.no_bulk and as_params(pt)["bulk"])]
+        POINTS[op] = selected(pts, args.no_ring, args.no_bulk)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

@@ -227,11 +227,9 @@ def main(argv=None) -> int:
                 paths.append((f"cold-best {p}", cv.custom_fn("mma_weights_a", p)))
             if args.points:
                 import cuda_verify_cold_sweep as cs
-                for pt in cs.POINTS[op]:
+                for pt in cs.selected(cs.POINTS[op], args.no_ring, args.no_bulk):
                     p = cs.as_params(pt)
-                    if not ((args.no_ring and p["stages"] and not p["bulk"])
-                            or (args.no_bulk and p["bulk"])):
-                        paths.append((f"tile {p}", cv.custom_fn("mma_weights_a", p)))
+                    paths.append((f"tile {p}", cv.custom_fn("mma_weights_a", p)))
             for m in (int(v) for v in args.ms.split(",")):
                 x = (mx.random.normal((m, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)
                 mx.eval(x)

@@ -23,14 +23,16 @@ def has_source(name: str) -> bool:
     return getattr(VARIANTS[name], "CUDA_SOURCE", None) is not None
 
 
-def kernel_header(name: str, threads: int, min_blocks: int) -> str:
-    """The header MLX compiles before the kernel's signature: the variant's, then the launch
-    bounds (``min_blocks`` > 0) that only a header can give (see ``launch_bounds_header``)."""
-    return VARIANTS[name].CUDA_HEADER + launch_bounds_header(threads, min_blocks)
+def kernel_header(name: str, cfg: LaunchConfig) -> str:
+    """The header MLX compiles before the kernel's signature for this launch: the variant's,
+    then the launch bounds (``cfg.min_blocks`` > 0) that only a header can give (see
+    ``launch_bounds_header``). The one place it is made: the launch, the offline compile
+    (``cuda_offline.compile_launch``) and the host-cost script all take it from here."""
+    return VARIANTS[name].CUDA_HEADER + launch_bounds_header(cfg.threads, cfg.min_blocks)
 
 
 @functools.cache
-def _build(name: str, threads: int = 0, min_blocks: int = 0, shared_memory: int = 0):
+def _build(name: str, header: str, shared_memory: int = 0):
     """One kernel object per header and dynamic shared memory size (MLX takes both when the
     object is made; it keys its compiled module by the whole source)."""
     extra = {"shared_memory": shared_memory} if shared_memory else {}
@@ -39,7 +41,7 @@ def _build(name: str, threads: int = 0, min_blocks: int = 0, shared_memory: int 
         input_names=["x", "w", "scales", "biases"],
         output_names=["y"],
         source=VARIANTS[name].CUDA_SOURCE,
-        header=kernel_header(name, threads, min_blocks),
+        header=header,
         **extra,
     )
 
@@ -82,22 +84,22 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     unroll = next(u for u in (4, 2, 1) if u <= want and group_steps % u == 0)
     stages, x_early = int(p.get("stages", 0)), int(p.get("x_early", 0))
     min_blocks, bulk = int(p.get("min_blocks", 0)), int(p.get("bulk", 0))
-    v = VARIANTS[name]
+    template = {"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups, "UNROLL": unroll,
+                "PREFETCH": bool(int(p["prefetch"])), "STAGES": stages,
+                "L2_PREFETCH": int(p.get("l2_prefetch", 128)), "X_EARLY": bool(x_early),
+                "BULK": bool(bulk), "K": k, "N": n, "GS": group_size,
+                "IS_BF16": dtype == "bfloat16"}
     if bulk:
-        return _bulk_config(name, m, k, n, group_size, dtype, n_tile, k_groups, unroll, stages,
-                            min_blocks)
+        return _bulk_config(name, m, k, n, group_size, dtype, template, min_blocks)
+    v = VARIANTS[name]
     ring = k_groups * stages * 32 * ((n_tile // 16) * v.RING_LANE_BYTES
                                      + x_early * -(-m // 8) * v.RING_LANE_X_BYTES)
     if ring > tiling.MEMORY["cuda"][0]:
         raise tiling.TilingError(
             f"{name} does not tile M={m}, K={k}, N={n}, {dtype}, group_size={group_size} with "
             f"{p}: its cp.async ring ({ring} B) exceeds the 48 KiB of static shared memory")
-    return LaunchConfig({"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups,
-                         "UNROLL": unroll, "PREFETCH": bool(int(p["prefetch"])),
-                         "STAGES": stages, "L2_PREFETCH": int(p.get("l2_prefetch", 128)),
-                         "X_EARLY": bool(x_early), "BULK": False,
-                         "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"},
-                        (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype, min_blocks)
+    return LaunchConfig(template, (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype,
+                        min_blocks)
 
 
 # Dynamic shared memory a block may take on sm_90: 227 KiB with the static kind, of which this
@@ -117,9 +119,12 @@ def bulk_smem_bytes(m: int, k: int, n_tile: int, k_groups: int, unroll: int, sta
     return 128 + 2 * n_tile * (k // group_size) * 2 + max(ring, partial)
 
 
-def _bulk_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str, n_tile: int,
-                 k_groups: int, unroll: int, stages: int, min_blocks: int) -> LaunchConfig:
-    """``bulk`` = 1: one more warp, the producer, and the ring in dynamic shared memory."""
+def _bulk_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
+                 template: dict, min_blocks: int) -> LaunchConfig:
+    """``bulk`` = 1: one more warp, the producer, and the ring in dynamic shared memory (the
+    register pipeline's PREFETCH and X_EARLY have no meaning there: the source ignores them)."""
+    n_tile, k_groups = 16 * template["COL_TILES"], template["K_GROUPS"]
+    unroll, stages = template["UNROLL"], template["STAGES"]
     where = f"{name} does not tile M={m}, K={k}, N={n}, {dtype}, group_size={group_size}"
     if stages < 2:
         raise tiling.TilingError(f"{where} with bulk=1: its ring needs stages >= 2")
@@ -135,11 +140,8 @@ def _bulk_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
     if threads > tiling.MAX_THREADS["cuda"]:
         raise tiling.TilingError(f"{where} with bulk=1: {k_groups} consumer warps and the "
                                  f"producer exceed {tiling.MAX_THREADS['cuda']} threads")
-    return LaunchConfig({"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups,
-                         "UNROLL": unroll, "PREFETCH": False, "STAGES": stages,
-                         "L2_PREFETCH": 128, "X_EARLY": False, "BULK": True,
-                         "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"},
-                        (n // n_tile) * threads, threads, dtype, min_blocks, smem)
+    template = {**template, "PREFETCH": False, "X_EARLY": False, "L2_PREFETCH": 128}
+    return LaunchConfig(template, (n // n_tile) * threads, threads, dtype, min_blocks, smem)
 
 
 def _split_k_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
@@ -204,7 +206,7 @@ class Launcher:
     call really ran, over all weights (tests hold it at one per weights).
     """
 
-    __slots__ = ("activation", "dtypes", "grid", "kernel", "min_blocks", "name", "scales_dtype",
+    __slots__ = ("activation", "dtypes", "grid", "header", "kernel", "name", "scales_dtype",
                  "shapes", "template", "threads", "traces")
 
     def __init__(self, name: str, m: int, k: int, n: int, group_size: int, dtype: mx.Dtype,
@@ -212,9 +214,8 @@ class Launcher:
         cfg = _launch_config(name, m, k, n, group_size, dtype_name(dtype), params)
         act = getattr(mx, cfg.activation)
         self.name = name
-        self.min_blocks = cfg.min_blocks  # the header's launch bounds (kernel_header)
-        self.kernel = (_build(name, cfg.threads, cfg.min_blocks, cfg.shared_memory)
-                       if cfg.min_blocks or cfg.shared_memory else _build(name))
+        self.header = kernel_header(name, cfg)
+        self.kernel = _build(name, self.header, cfg.shared_memory)
         self.activation = act
         self.scales_dtype = act if VARIANTS[name].CUDA_LAYOUT in _SCALES_IN_ACTIVATION else None
         self.template = [("T", act), *cfg.template.items()]

@@ -49,6 +49,15 @@ def nvcc() -> str | None:
     return shutil.which("nvcc")
 
 
+def compile_launch(name: str, cfg) -> PtxasReport:
+    """``compile_sm90`` of one launch as MLX would build it: its constants, and its header
+    with any launch bounds (``kernels.cuda.kernel_header``); ``cfg`` a ``kernels.cuda``
+    LaunchConfig."""
+    from kernels import cuda  # imports MLX; this module's other helpers do not need it
+
+    return compile_sm90(name, cfg.activation, cfg.template, cuda.kernel_header(name, cfg))
+
+
 def compile_sm90(name: str, dtype: str, constants: dict, header: str | None = None) -> PtxasReport:
     """nvcc -arch=sm_90a -cubin (MLX's JIT asks NVRTC for sm_90a on an H200); RuntimeError with
     nvcc's output when it does not compile."""

@@ -70,11 +70,11 @@ def specialized(lx: cuda.Launcher, dt_name: str):
     consts = "".join(
         f"  constexpr bool {k} = {'true' if val else 'false'};\n" if isinstance(val, bool)
         else f"  constexpr int {k} = {val};\n" for k, val in lx.template if k != "T")
-    tag = abs(hash((tuple(lx.template[1:]), lx.min_blocks))) % 10 ** 12
+    tag = abs(hash((tuple(lx.template[1:]), lx.header))) % 10 ** 12
     kernel = mx.fast.cuda_kernel(
         name=f"dflash2_{lx.name}_{dt_name}_{tag}", input_names=["x", "w", "scales", "biases"],
         output_names=["y"], source=f"  using T = {CUDA_TYPES[dt_name]};\n{consts}{v.CUDA_SOURCE}",
-        header=cuda.kernel_header(lx.name, lx.threads[0], lx.min_blocks))
+        header=lx.header)
 
     def call(x, w, s, b):
         return kernel(inputs=[x, w, s, b], grid=lx.grid, threadgroup=lx.threads,

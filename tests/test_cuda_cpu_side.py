@@ -198,9 +198,7 @@ def test_every_sm90_table_kernel_compiles_for_sm90_without_spills():
         if key in seen:
             continue
         seen.add(key)
-        rep = cuda_offline.compile_sm90(e["variant"], cfg.activation, cfg.template,
-                                        cuda.kernel_header(e["variant"], cfg.threads,
-                                                           cfg.min_blocks))
+        rep = cuda_offline.compile_launch(e["variant"], cfg)
         assert rep.registers > 0, (key, rep)
         assert rep.spill_bytes == KNOWN_SPILL_BYTES.get((e["variant"], shape), 0), (key, rep)
     assert len(seen) >= 5
@@ -250,14 +248,13 @@ def test_min_blocks_caps_registers():
     def regs(**extra):
         cfg = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "bfloat16",
                                  {**tile, **extra})
-        header = cuda.kernel_header("mma_weights_a", cfg.threads, cfg.min_blocks)
-        return cuda_offline.compile_sm90("mma_weights_a", cfg.activation, cfg.template,
-                                         header).registers
+        return cuda_offline.compile_launch("mma_weights_a", cfg).registers
 
     plain = regs()
     bounded = regs(min_blocks=5)
     assert plain > 96 >= bounded, (plain, bounded)
-    assert cuda.kernel_header("mma_weights_a", 128, 0) == VARIANTS["mma_weights_a"].CUDA_HEADER
+    plain_cfg = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "bfloat16", tile)
+    assert cuda.kernel_header("mma_weights_a", plain_cfg) == VARIANTS["mma_weights_a"].CUDA_HEADER
 
 
 def test_bulk_pipeline_configs_are_checked_without_a_gpu():
@@ -293,6 +290,5 @@ def test_bulk_pipeline_compiles_for_sm90_without_spills(m):
     device runs it on CI): it must assemble for sm_90, with no register spilled."""
     cfg = cuda.launch_config("mma_weights_a", m, 17408, 5120, 64, "float16",
                              {"n_tile": 16, "k_groups": 8, "unroll": 1, "stages": 6, "bulk": 1})
-    rep = cuda_offline.compile_sm90("mma_weights_a", cfg.activation, cfg.template,
-                                    cuda.kernel_header("mma_weights_a", cfg.threads, 0))
+    rep = cuda_offline.compile_launch("mma_weights_a", cfg)
     assert rep.registers > 0 and rep.spill_bytes == 0, rep

@@ -134,3 +134,16 @@ def test_an_m16_tile_is_chosen_only_from_tiles_checked_at_m16():
     e16 = _gate_up_bf16(new, 16)
     assert e16["variant"] == "stock" and e16["candidate"]["params"] == c["chosen"]
     assert _gate_up_bf16(new, 8) == _gate_up_bf16(table, 8)  # M=8 launches: none in the CSV
+
+
+def test_the_sweep_and_the_ncu_run_drop_the_same_points():
+    """``--no-ring`` drops the cp.async ring's tiles but not the bulk pipeline's (which also has
+    stages); ``--no-bulk`` (a failed bulk smoke test) drops the bulk pipeline's."""
+    import cuda_verify_cold_sweep as cs
+
+    ring, bulk, plain = (32, 4, 1, 0, 3), ((32, 4, 1, 0, 6), {"bulk": 1}), (32, 4, 2, 0, 0)
+    pts = [ring, bulk, plain]
+    assert cs.selected(pts) == pts
+    assert cs.selected(pts, no_ring=True) == [bulk, plain]
+    assert cs.selected(pts, no_bulk=True) == [ring, plain]
+    assert cs.selected(pts, True, True) == [plain]
