@@ -76,13 +76,13 @@ POINTS_2026_12_04 = {
 # ``l2_ahead`` (an L2 prefetch of the weights D K steps ahead) and ``min_blocks`` (launch
 # bounds), bench/results/h200/levers_*; at 8ed1b86, load cache policies (weights kept out of L1,
 # activations in it), bench/results/h200/ldpolicy_*.
-# The next sweep: the shipped tiles, with ``min_blocks`` (gate/up's 544 blocks in one wave at 5
-# blocks an SM: 0.6-1.0 us faster alone in both runs), and the bulk pipeline (``bulk`` = 1: a
-# producer warp fills a ring of ``stages`` stages of ``unroll`` K steps in dynamic shared memory
-# with bulk copies, the K groups' warps only compute; not yet run on a device). A dict adds keys
-# to the tuple's tile.
+# A dict adds keys to the tuple's tile.
 GU, DN = (32, 4, 2, 0, 0, 128, 1), (16, 8, 2, 0, 0, 128, 1)
-POINTS = {
+# The first bulk run (2026-12-04 18:55 UTC, tree 63b15b5, bench/results/h200/bulk_small_*): the
+# shipped tiles, ``min_blocks`` 5 on gate/up, and the bulk pipeline with one or two K steps a
+# stage (64 or 128 B a bulk copy, a stage read into registers whole): every bulk tile bit for bit
+# right and 1.9-3.6x slower than the shipped tile (52-106 us against 27.7, batched).
+POINTS_2026_12_04_BULK = {
     "gate_up": [GU, (GU, {"min_blocks": 5}),
                 ((32, 4, 1, 0, 6), {"bulk": 1}), ((32, 4, 2, 0, 3), {"bulk": 1}),
                 ((32, 4, 1, 0, 4), {"bulk": 1}), ((32, 8, 1, 0, 4), {"bulk": 1}),
@@ -90,6 +90,17 @@ POINTS = {
     "down": [DN, ((16, 8, 1, 0, 6), {"bulk": 1}), ((16, 8, 2, 0, 3), {"bulk": 1}),
              ((32, 8, 1, 0, 4), {"bulk": 1}), ((32, 4, 2, 0, 3), {"bulk": 1}),
              ((32, 8, 2, 0, 0, 128, 1))],
+}
+# The next sweep: the bulk pipeline with larger copies (a stage of ``unroll`` K steps is one
+# copy of 64 x unroll bytes a row; now read back one step at a time), at grids of about one wave,
+# beside the shipped tiles and the first run's best bulk tile (its 64 B copies) as controls.
+POINTS = {
+    "gate_up": [GU, ((32, 4, 1, 0, 4), {"bulk": 1}),
+                ((32, 2, 5, 0, 2), {"bulk": 1}), ((32, 2, 4, 0, 2), {"bulk": 1}),
+                ((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 2, 2, 0, 4), {"bulk": 1}),
+                ((16, 2, 2, 0, 4), {"bulk": 1}), ((32, 4, 5, 0, 2), {"bulk": 1})],
+    "down": [DN, ((32, 8, 2, 0, 0, 128, 1)), ((16, 8, 1, 0, 6), {"bulk": 1}),
+             ((16, 4, 2, 0, 4), {"bulk": 1}), ((16, 2, 4, 0, 3), {"bulk": 1})],
 }
 KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_early",
         "min_blocks", "bulk")
@@ -241,8 +252,8 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
 
 RING_SMOKE = ((16, 2, 1, 0, 8), (32, 4, 1, 0, 3), (32, 4, 1, 0, 2, 128, 1),
               (32, 4, 2, 0, 0, 128, 1))
-BULK_SMOKE = (((32, 4, 1, 0, 4), {"bulk": 1}), ((32, 4, 2, 0, 3), {"bulk": 1}),
-              ((16, 8, 1, 0, 6), {"bulk": 1}))
+BULK_SMOKE = (((32, 4, 1, 0, 4), {"bulk": 1}), ((32, 2, 5, 0, 2), {"bulk": 1}),
+              ((16, 8, 1, 0, 6), {"bulk": 1}), ((16, 2, 17, 0, 2), {"bulk": 1}))
 
 
 def smoke(points=RING_SMOKE) -> int:
@@ -358,7 +369,7 @@ def main(argv=None) -> int:
     ap.add_argument("--smoke-bulk", action="store_true",
                     help="as --smoke, for the bulk pipeline's tiles (a producer warp and mbarriers)")
     ap.add_argument("--no-bulk", action="store_true", help="no bulk pipeline tiles")
-    ap.add_argument("--points", choices=("next", "2026-12-04", "2026-12-03"), default="next",
+    ap.add_argument("--points", choices=("next", "2026-12-04-bulk", "2026-12-04", "2026-12-03"), default="next",
                     help="the tiles to sweep: the next set (default) or an earlier run's")
     ap.add_argument("--chain", action="store_true",
                     help="also time the chosen tiles and stock in a chain of dependent launches "
@@ -372,7 +383,8 @@ def main(argv=None) -> int:
     if args.points != "next":
         POINTS.clear()
         POINTS.update({"2026-12-03": POINTS_2026_12_03,
-                       "2026-12-04": POINTS_2026_12_04}[args.points])
+                       "2026-12-04": POINTS_2026_12_04,
+                       "2026-12-04-bulk": POINTS_2026_12_04_BULK}[args.points])
     if args.smoke or args.smoke_bulk:
         return smoke(BULK_SMOKE if args.smoke_bulk else RING_SMOKE)
     for op, pts in list(POINTS.items()):

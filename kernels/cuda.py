@@ -73,17 +73,20 @@ def _mma_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
 
 def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
                       p: dict) -> LaunchConfig:
-    """``unroll`` shrinks to the largest of 4, 2, 1 not above the request that divides a
-    group's K steps (the tiling guarantees whole 128-value steps per group). ``stages`` >= 2
+    """``unroll`` shrinks to the largest of 4, 2, 1 (with ``bulk``: of any count) not above the
+    request that divides a group's K steps (the tiling guarantees whole 128-value steps per group). ``stages`` >= 2
     (the cp.async ring) must fit the block's 48 KiB of static shared memory: k_groups warps
     x stages x 32 lanes x (``RING_LANE_BYTES`` per 16-column tile, plus with ``x_early``
     ``RING_LANE_X_BYTES`` per 8 activation rows)."""
     n_tile, k_groups = int(p["n_tile"]), int(p["k_groups"])
     group_steps = k // 128 // k_groups
     want = int(p["unroll"])
-    unroll = next(u for u in (4, 2, 1) if u <= want and group_steps % u == 0)
     stages, x_early = int(p.get("stages", 0)), int(p.get("x_early", 0))
     min_blocks, bulk = int(p.get("min_blocks", 0)), int(p.get("bulk", 0))
+    # the register batch holds UNROLL steps in registers; a bulk stage holds them in shared
+    # memory and reads one step at a time, so there any divisor of the group's steps will do
+    unroll = next(u for u in (range(want, 0, -1) if bulk else (4, 2, 1))
+                  if u <= want and group_steps % u == 0)
     template = {"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups, "UNROLL": unroll,
                 "PREFETCH": bool(int(p["prefetch"])), "STAGES": stages,
                 "L2_PREFETCH": int(p.get("l2_prefetch", 128)), "X_EARLY": bool(x_early),

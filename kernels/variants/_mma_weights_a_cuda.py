@@ -43,7 +43,7 @@ CUDA_SOURCE = r"""
   __shared__ __align__(16) unsigned char smem[SMEM_BYTES];
   // BULK: the ring lives in dynamic shared memory (kernels.cuda sizes it: bulk_smem_bytes):
   // [mbarriers, 128 B][scales of the block's rows][biases][STAGES stages of weights].
-  constexpr int SPS = UNROLL;                               // K steps a stage holds
+  constexpr int SPS = UNROLL;  // K steps a stage holds (any divisor of GROUP_STEPS with BULK)
   constexpr int PITCH = SPS * 64 + (SPS % 2 == 0 ? 64 : 0);  // a row's bytes in a stage
   constexpr int STAGE_BYTES = K_GROUPS * COLS * PITCH;
   constexpr int SB_BYTES = COLS * ROW_GROUPS * 2;
@@ -159,35 +159,43 @@ CUDA_SOURCE = r"""
       }
     } else {
       dflash2_mbar_wait(sb_full, 0);
+      // A stage holds SPS steps (up to a K group's all): each is read back and computed in
+      // turn, the next step's activations loaded first, and the slot released after the last.
+      uint4 xa[M_TILES][4], xn[M_TILES][4];
+      load_x(xa, warp * GROUP_STEPS);
 #pragma unroll 1
       for (int st = 0; st < N_ST; ++st) {
         const int slot = st % STAGES;
-        uint4 xa[SPS][M_TILES][4];  // the stage's activations, loaded while its weights land
-#pragma unroll
-        for (int u = 0; u < SPS; ++u) load_x(xa[u], warp * GROUP_STEPS + st * SPS + u);
         dflash2_mbar_wait(full + slot, (st / STAGES) & 1);
-        uint4 wq[SPS][COL_TILES][2];
-        uint32_t sc[SPS][COL_TILES][2], bi[SPS][COL_TILES][2];
-#pragma unroll
+#pragma unroll 1
         for (int u = 0; u < SPS; ++u) {
           const int step = warp * GROUP_STEPS + st * SPS + u;
           const int grp = (step * 128 + 32 * t) / GS;
+          uint4 wq[COL_TILES][2];
+          uint32_t sc[COL_TILES][2], bi[COL_TILES][2];
 #pragma unroll
           for (int c = 0; c < COL_TILES; ++c)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               const int r = 16 * c + g + 8 * h;
-              wq[u][c][h] = *reinterpret_cast<const uint4*>(
+              wq[c][h] = *reinterpret_cast<const uint4*>(
                   ring + slot * STAGE_BYTES + (warp * COLS + r) * PITCH + u * 64 + 16 * t);
               const uint32_t sv = sm_s[r * ROW_GROUPS + grp], bv = sm_b[r * ROW_GROUPS + grp];
-              sc[u][c][h] = sv | (sv << 16);
-              bi[u][c][h] = bv | (bv << 16);
+              sc[c][h] = sv | (sv << 16);
+              bi[c][h] = bv | (bv << 16);
             }
+          const bool more = st * SPS + u + 1 < GROUP_STEPS;
+          if (more) load_x(xn, step + 1);
+          mma_math(wq, sc, bi, xa);
+          if (more) {
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; ++mt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) xa[mt][i] = xn[mt][i];
+          }
         }
         __syncwarp();
         if (lane == 0) dflash2_mbar_arrive(empty + slot);  // the slot is read: refill it
-#pragma unroll
-        for (int u = 0; u < SPS; ++u) mma_math(wq[u], sc[u], bi[u], xa[u]);
       }
     }
     __syncthreads();  // the partial sums below reuse the ring's memory
