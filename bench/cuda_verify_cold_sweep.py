@@ -91,16 +91,28 @@ POINTS_2026_12_04_BULK = {
              ((32, 8, 1, 0, 4), {"bulk": 1}), ((32, 4, 2, 0, 3), {"bulk": 1}),
              ((32, 8, 2, 0, 0, 128, 1))],
 }
-# The next sweep: the bulk pipeline with larger copies (a stage of ``unroll`` K steps is one
-# copy of 64 x unroll bytes a row; now read back one step at a time), at grids of about one wave,
-# beside the shipped tiles and the first run's best bulk tile (its 64 B copies) as controls.
-POINTS = {
+# The second bulk run (19:13 UTC, tree 91d8058, bench/results/h200/bulk_rows_*): larger copies
+# (a stage of ``unroll`` K steps, one copy of 64 x unroll bytes a row, read back one step at a
+# time) at grids of about one wave. Alone under ncu, gate/up bf16: 64 B copies 89.8 us, 128 B
+# 37.3-55.4, 256 B 39.4-42.3, 320 B 33.2-45.4, against 25.9 for the shipped tile.
+POINTS_2026_12_04_BULK_ROWS = {
     "gate_up": [GU, ((32, 4, 1, 0, 4), {"bulk": 1}),
                 ((32, 2, 5, 0, 2), {"bulk": 1}), ((32, 2, 4, 0, 2), {"bulk": 1}),
                 ((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 2, 2, 0, 4), {"bulk": 1}),
                 ((16, 2, 2, 0, 4), {"bulk": 1}), ((32, 4, 5, 0, 2), {"bulk": 1})],
     "down": [DN, ((32, 8, 2, 0, 0, 128, 1)), ((16, 8, 1, 0, 6), {"bulk": 1}),
              ((16, 4, 2, 0, 4), {"bulk": 1}), ((16, 2, 4, 0, 3), {"bulk": 1})],
+}
+# The next sweep: ``bulk`` = 2, the weights packed so that a block's stage is ONE bulk copy
+# (4-40 KB) instead of one a row, at grids of about one wave, beside the shipped tiles and the
+# second run's best row-copy tile.
+POINTS = {
+    "gate_up": [GU, ((16, 2, 5, 0, 3), {"bulk": 1}),
+                ((32, 4, 1, 0, 4), {"bulk": 2}), ((32, 4, 1, 0, 3), {"bulk": 2}),
+                ((32, 2, 1, 0, 4), {"bulk": 2}), ((16, 4, 1, 0, 4), {"bulk": 2}),
+                ((16, 4, 1, 0, 6), {"bulk": 2}), ((16, 2, 5, 0, 2), {"bulk": 2})],
+    "down": [DN, ((16, 8, 1, 0, 4), {"bulk": 2}), ((16, 8, 1, 0, 6), {"bulk": 2}),
+             ((16, 4, 1, 0, 6), {"bulk": 2}), ((16, 8, 2, 0, 3), {"bulk": 2})],
 }
 KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_early",
         "min_blocks", "bulk")
@@ -252,8 +264,8 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
 
 RING_SMOKE = ((16, 2, 1, 0, 8), (32, 4, 1, 0, 3), (32, 4, 1, 0, 2, 128, 1),
               (32, 4, 2, 0, 0, 128, 1))
-BULK_SMOKE = (((32, 4, 1, 0, 4), {"bulk": 1}), ((32, 2, 5, 0, 2), {"bulk": 1}),
-              ((16, 8, 1, 0, 6), {"bulk": 1}), ((16, 2, 17, 0, 2), {"bulk": 1}))
+BULK_SMOKE = (((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 4, 1, 0, 4), {"bulk": 2}),
+              ((16, 8, 1, 0, 6), {"bulk": 2}), ((16, 2, 5, 0, 2), {"bulk": 2}))
 
 
 def smoke(points=RING_SMOKE) -> int:
@@ -369,7 +381,9 @@ def main(argv=None) -> int:
     ap.add_argument("--smoke-bulk", action="store_true",
                     help="as --smoke, for the bulk pipeline's tiles (a producer warp and mbarriers)")
     ap.add_argument("--no-bulk", action="store_true", help="no bulk pipeline tiles")
-    ap.add_argument("--points", choices=("next", "2026-12-04-bulk", "2026-12-04", "2026-12-03"), default="next",
+    ap.add_argument("--points", default="next",
+                    choices=("next", "2026-12-04-bulk-rows", "2026-12-04-bulk", "2026-12-04",
+                             "2026-12-03"),
                     help="the tiles to sweep: the next set (default) or an earlier run's")
     ap.add_argument("--chain", action="store_true",
                     help="also time the chosen tiles and stock in a chain of dependent launches "
@@ -384,7 +398,8 @@ def main(argv=None) -> int:
         POINTS.clear()
         POINTS.update({"2026-12-03": POINTS_2026_12_03,
                        "2026-12-04": POINTS_2026_12_04,
-                       "2026-12-04-bulk": POINTS_2026_12_04_BULK}[args.points])
+                       "2026-12-04-bulk": POINTS_2026_12_04_BULK,
+                       "2026-12-04-bulk-rows": POINTS_2026_12_04_BULK_ROWS}[args.points])
     if args.smoke or args.smoke_bulk:
         return smoke(BULK_SMOKE if args.smoke_bulk else RING_SMOKE)
     for op, pts in list(POINTS.items()):

@@ -61,6 +61,9 @@ class LaunchConfig:
     activation: str  # dtype the kernel reads x in and writes y in
     min_blocks: int = 0  # __launch_bounds__(threads, min_blocks) when > 0 (kernel_header)
     shared_memory: int = 0  # dynamic shared memory bytes a block takes (mma_weights_a's bulk)
+    # () or the variant's name for a layout of w its source reads instead of MLX's, with the
+    # tile it depends on: ``pack_weights(wq, *packing)`` makes it once per weights (_operands)
+    packing: tuple = ()
 
 
 def _mma_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
@@ -90,7 +93,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     template = {"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups, "UNROLL": unroll,
                 "PREFETCH": bool(int(p["prefetch"])), "STAGES": stages,
                 "L2_PREFETCH": int(p.get("l2_prefetch", 128)), "X_EARLY": bool(x_early),
-                "BULK": bool(bulk), "K": k, "N": n, "GS": group_size,
+                "BULK": bool(bulk), "PACKED": bulk == 2, "K": k, "N": n, "GS": group_size,
                 "IS_BF16": dtype == "bfloat16"}
     if bulk:
         return _bulk_config(name, m, k, n, group_size, dtype, template, min_blocks)
@@ -111,12 +114,13 @@ MAX_DYNAMIC_SMEM = 226 * 1024
 
 
 def bulk_smem_bytes(m: int, k: int, n_tile: int, k_groups: int, unroll: int, stages: int,
-                    group_size: int) -> int:
+                    group_size: int, packed: bool = False) -> int:
     """mma_weights_a's bulk ring, as its source lays it out: 128 B of mbarriers, the scales and
     the biases of the block's rows (2 B a group), then ``stages`` stages of ``unroll`` K steps
     of every K group's rows (64 B a row and step, padded so that two rows sit 64 B apart modulo
-    128); the K groups' partial sums reuse the ring at the end."""
-    pitch = unroll * 64 + (64 if unroll % 2 == 0 else 0)
+    128, except ``packed``: one copy a stage, rows back to back); the K groups' partial sums
+    reuse the ring at the end."""
+    pitch = unroll * 64 + (64 if unroll % 2 == 0 and not packed else 0)
     ring = stages * k_groups * n_tile * pitch
     partial = k_groups * 8 * -(-m // 8) * n_tile * 4
     return 128 + 2 * n_tile * (k // group_size) * 2 + max(ring, partial)
@@ -134,7 +138,8 @@ def _bulk_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
     if (k // group_size) % 8:
         raise tiling.TilingError(f"{where} with bulk=1: a row's scales ({k // group_size} x 2 B) "
                                  f"must be whole 16-byte chunks for a bulk copy")
-    smem = bulk_smem_bytes(m, k, n_tile, k_groups, unroll, stages, group_size)
+    smem = bulk_smem_bytes(m, k, n_tile, k_groups, unroll, stages, group_size,
+                           template["PACKED"])
     if smem > MAX_DYNAMIC_SMEM:
         raise tiling.TilingError(f"{where} with bulk=1, n_tile={n_tile}, k_groups={k_groups}, "
                                  f"unroll={unroll}, stages={stages}: its {smem} B of shared "
@@ -144,7 +149,9 @@ def _bulk_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
         raise tiling.TilingError(f"{where} with bulk=1: {k_groups} consumer warps and the "
                                  f"producer exceed {tiling.MAX_THREADS['cuda']} threads")
     template = {**template, "PREFETCH": False, "X_EARLY": False, "L2_PREFETCH": 128}
-    return LaunchConfig(template, (n // n_tile) * threads, threads, dtype, min_blocks, smem)
+    packing = (n_tile, k_groups, unroll) if template["PACKED"] else ()
+    return LaunchConfig(template, (n // n_tile) * threads, threads, dtype, min_blocks, smem,
+                        packing)
 
 
 def _split_k_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
@@ -209,8 +216,8 @@ class Launcher:
     call really ran, over all weights (tests hold it at one per weights).
     """
 
-    __slots__ = ("activation", "dtypes", "grid", "header", "kernel", "name", "scales_dtype",
-                 "shapes", "template", "threads", "traces")
+    __slots__ = ("activation", "dtypes", "grid", "header", "kernel", "name", "packing",
+                 "scales_dtype", "shapes", "template", "threads", "traces")
 
     def __init__(self, name: str, m: int, k: int, n: int, group_size: int, dtype: mx.Dtype,
                  params: tuple):
@@ -221,6 +228,7 @@ class Launcher:
         self.kernel = _build(name, self.header, cfg.shared_memory)
         self.activation = act
         self.scales_dtype = act if VARIANTS[name].CUDA_LAYOUT in _SCALES_IN_ACTIVATION else None
+        self.packing = cfg.packing
         self.template = [("T", act), *cfg.template.items()]
         self.grid, self.threads = (cfg.grid, 1, 1), (cfg.threads, 1, 1)
         self.shapes, self.dtypes = [(m, n)], [act]
@@ -320,7 +328,11 @@ def _operands(name: str, x: mx.array, qw: QWeights, params: dict) -> tuple:
         raise ValueError(f"{name}: x has K={k}, the weights K={qw.k}")
     lx = launcher(name, m, k, qw.n, qw.group_size, x.dtype, params)
     q = qw.in_dtype(lx.scales_dtype) if lx.scales_dtype is not None else qw
-    return lx, q.wq, q.scales, q.biases
+    wq = q.wq
+    if lx.packing:  # kept with the weights, made once: a second copy of w in that layout
+        pack = VARIANTS[name].pack_weights
+        wq = q.derived((name, *lx.packing), lambda: pack(q.wq, *lx.packing))
+    return lx, wq, q.scales, q.biases
 
 
 def _evaluated(*arrays: mx.array) -> bool:

@@ -16,7 +16,8 @@ class QWeights:
     biases: mx.array
     group_size: int
     bits: int
-    # dtype -> these weights with scales and biases in that dtype, made once (``in_dtype``)
+    # dtype -> these weights with scales and biases in that dtype, made once (``in_dtype``);
+    # other keys: arrays derived from them (``derived``)
     _as: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # what a kernel back-end keeps per weights to launch on them without rebuilding anything
     # (kernels/cuda.py: (variant, x shape[, x dtype, sorted params]) -> (params, x dtype,
@@ -50,6 +51,14 @@ class QWeights:
             hit = self._as[dtype] = QWeights(self.wq, self.scales.astype(dtype),
                                              self.biases.astype(dtype), self.group_size,
                                              self.bits)
+        return hit
+
+    def derived(self, key, make):
+        """``make()``'s array, made the first time ``key`` is asked for and kept with these
+        weights (a kernel's own layout of ``wq``, say), so it is made once per weights."""
+        hit = self._as.get(key)
+        if hit is None:
+            hit = self._as[key] = make()
         return hit
 
     def columns(self, start: int, stop: int) -> QWeights:

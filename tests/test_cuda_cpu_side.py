@@ -283,12 +283,45 @@ def test_bulk_pipeline_configs_are_checked_without_a_gpu():
                            {"n_tile": 32, "k_groups": 1, "stages": 2, "bulk": 1})
 
 
+def test_packed_weights_put_each_blocks_stage_in_one_run_of_words():
+    """``bulk`` = 2 fetches a block's stage in one copy, so ``pack_weights`` must lay out
+    [block][stage][K group][row][unroll * 16 words] exactly as the source's address
+    arithmetic reads it: every word checked against its place in MLX's layout."""
+    from kernels.variants.mma_weights_a import pack_weights
+    n, k, n_tile, k_groups, unroll = 64, 2048, 16, 2, 4
+    wq = mx.arange(n * k // 8).astype(mx.uint32).reshape(n, k // 8)
+    packed = np.array(pack_weights(wq, n_tile, k_groups, unroll)).reshape(-1)
+    flat = np.array(wq)
+    group_steps = k // 128 // k_groups
+    stages = group_steps // unroll
+    run = k_groups * n_tile * unroll * 16  # words a stage's one copy moves
+    for b in range(n // n_tile):
+        for s in range(stages):
+            got = packed[(b * stages + s) * run:(b * stages + s + 1) * run]
+            want = [flat[b * n_tile + r, (g * group_steps + s * unroll) * 16 + j]
+                    for g in range(k_groups) for r in range(n_tile) for j in range(unroll * 16)]
+            assert got.tolist() == want, (b, s)
+    cfg = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "bfloat16",
+                             {"n_tile": 32, "k_groups": 4, "unroll": 1, "stages": 4, "bulk": 2})
+    # rows back to back in the ring (no bank padding: one copy cannot skip bytes)
+    assert cfg.packing == (32, 4, 1) and cfg.template["PACKED"] is True
+    assert cfg.shared_memory == 128 + 10240 + 4 * 4 * 32 * 64
+    two = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "bfloat16",
+                             {"n_tile": 32, "k_groups": 4, "unroll": 2, "stages": 3, "bulk": 2})
+    assert two.shared_memory == 128 + 10240 + 3 * 4 * 32 * 128
+    rows = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "bfloat16",
+                              {"n_tile": 32, "k_groups": 4, "unroll": 1, "stages": 4, "bulk": 1})
+    assert rows.packing == () and rows.template["PACKED"] is False
+
+
 @pytest.mark.skipif(cuda_offline.nvcc() is None, reason="nvcc is not on PATH")
 @pytest.mark.parametrize("m", [8, 16])
 def test_bulk_pipeline_compiles_for_sm90_without_spills(m):
     """The producer's bulk copies and mbarrier waits are PTX that only ptxas checks here (no
     device runs it on CI): it must assemble for sm_90, with no register spilled."""
-    cfg = cuda.launch_config("mma_weights_a", m, 17408, 5120, 64, "float16",
-                             {"n_tile": 16, "k_groups": 8, "unroll": 1, "stages": 6, "bulk": 1})
-    rep = cuda_offline.compile_launch("mma_weights_a", cfg)
-    assert rep.registers > 0 and rep.spill_bytes == 0, rep
+    for bulk in (1, 2):  # one copy a row, one copy a stage of packed weights
+        cfg = cuda.launch_config("mma_weights_a", m, 17408, 5120, 64, "float16",
+                                 {"n_tile": 16, "k_groups": 8, "unroll": 1, "stages": 6,
+                                  "bulk": bulk})
+        rep = cuda_offline.compile_launch("mma_weights_a", cfg)
+        assert rep.registers > 0 and rep.spill_bytes == 0, (bulk, rep)

@@ -12,8 +12,8 @@ from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 # pipeline of UNROLL / PREFETCH; >= 2: the cp.async ring), L2_PREFETCH (the ring's L2
 # prefetch hint, 128 or 256 bytes), X_EARLY (activations loaded with the weights: in the
 # register batch, or through the ring; else step by step before the math), BULK (the producer
-# warp's ring of STAGES stages of UNROLL steps in dynamic shared memory), K, N, GS, IS_BF16;
-# type T.
+# warp's ring of STAGES stages of UNROLL steps in dynamic shared memory), PACKED (with BULK: w
+# packed so that a block's stage is one contiguous copy), K, N, GS, IS_BF16; type T.
 # Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for
 # columns n0 + g and n0 + g + 8 one 16-byte load each (4 packed words), and the same 32
 # activations of row g (and g + 8 for a second B tile). Word i of those 4 feeds two mma steps;
@@ -44,7 +44,9 @@ CUDA_SOURCE = r"""
   // BULK: the ring lives in dynamic shared memory (kernels.cuda sizes it: bulk_smem_bytes):
   // [mbarriers, 128 B][scales of the block's rows][biases][STAGES stages of weights].
   constexpr int SPS = UNROLL;  // K steps a stage holds (any divisor of GROUP_STEPS with BULK)
-  constexpr int PITCH = SPS * 64 + (SPS % 2 == 0 ? 64 : 0);  // a row's bytes in a stage
+  // a row's bytes in a stage: padded for the banks when each row is its own copy; PACKED
+  // weights land as one copy a stage, rows back to back (odd SPS keep the banks apart)
+  constexpr int PITCH = SPS * 64 + (SPS % 2 == 0 && !PACKED ? 64 : 0);
   constexpr int STAGE_BYTES = K_GROUPS * COLS * PITCH;
   constexpr int SB_BYTES = COLS * ROW_GROUPS * 2;
   extern __shared__ __align__(128) unsigned char dsmem[];
@@ -136,17 +138,24 @@ CUDA_SOURCE = r"""
     }
     __syncthreads();
     if (warp == K_GROUPS) {
-      if (lane == 0) dflash2_mbar_expect_tx(sb_full, 2 * SB_BYTES);
-      __syncwarp();
-      for (int r = lane; r < COLS; r += 32) {
-        const int n = n_base + r;
-        dflash2_bulk_g2s(sm_s + r * ROW_GROUPS, s16 + n * ROW_GROUPS, ROW_GROUPS * 2, sb_full);
-        dflash2_bulk_g2s(sm_b + r * ROW_GROUPS, b16 + n * ROW_GROUPS, ROW_GROUPS * 2, sb_full);
+      if (lane == 0) {  // the block's rows of scales (and biases) are contiguous: one copy each
+        dflash2_mbar_expect_tx(sb_full, 2 * SB_BYTES);
+        dflash2_bulk_g2s(sm_s, s16 + n_base * ROW_GROUPS, SB_BYTES, sb_full);
+        dflash2_bulk_g2s(sm_b, b16 + n_base * ROW_GROUPS, SB_BYTES, sb_full);
       }
 #pragma unroll 1
       for (int st = 0; st < N_ST; ++st) {
         const int slot = st % STAGES;
         if (st >= STAGES) dflash2_mbar_wait(empty + slot, ((st / STAGES) - 1) & 1);
+        if constexpr (PACKED) {  // w is packed [block][stage][K group][row][SPS * 64 B]
+          if (lane == 0) {
+            dflash2_mbar_expect_tx(full + slot, PAYLOAD);
+            dflash2_bulk_g2s(ring + slot * STAGE_BYTES,
+                             w32 + (blockIdx.x * N_ST + st) * (PAYLOAD / 4), PAYLOAD,
+                             full + slot);
+          }
+          continue;
+        }
         if (lane == 0) dflash2_mbar_expect_tx(full + slot, PAYLOAD);
         __syncwarp();
         for (int i = lane; i < K_GROUPS * COLS; i += 32) {

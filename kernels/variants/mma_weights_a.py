@@ -40,6 +40,11 @@ pipeline's order, so the output is that pipeline's bit for bit. The levers measu
 2026-12-04 (docs/KERNELS.md) left a warp that both waits on its loads and computes as what
 limits gate/up and down; this takes the wait off the computing warps without registers.
 
+``bulk`` = 2 is the same pipeline on weights packed once per weights (``pack_weights``, kept
+with them: a second copy of w) so that each stage of a block is one contiguous bulk copy
+instead of one a row: the first bulk run found the time falling as the copies grew (64 B a
+copy 1.9-3.6x slower than the register pipeline, 320 B 1.2-1.7x).
+
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
 
@@ -68,9 +73,20 @@ CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"
                      group_multiple=32, positive=("n_tile", "k_groups", "unroll"),
                      param_choices=(("prefetch", (0, 1)), ("stages", (0, 2, 3, 4, 5, 6, 8)),
                                     ("l2_prefetch", (128, 256)), ("x_early", (0, 1)),
-                                    ("min_blocks", (0, 2, 3, 4, 5, 6)), ("bulk", (0, 1))),
+                                    ("min_blocks", (0, 2, 3, 4, 5, 6)), ("bulk", (0, 1, 2))),
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
+
+def pack_weights(wq: mx.array, n_tile: int, k_groups: int, unroll: int) -> mx.array:
+    """``wq`` (N, K / 8 words) laid out for ``bulk`` = 2: block b's stage s is one run of
+    words, [K group][row][unroll * 16 words], so its producer fetches it in one bulk copy. The
+    same words, moved: word j of K step (kg * group steps + s * unroll + i) of row b * n_tile
+    + r."""
+    n, words = wq.shape
+    steps = words // 16 // k_groups // unroll  # stages a K group's steps make
+    packed = wq.reshape(n // n_tile, n_tile, k_groups, steps, unroll * 16)
+    return mx.contiguous(packed.transpose(0, 3, 2, 1, 4)).reshape(n, words)
+
 
 # Bytes of the cp.async ring per lane, per 16-column tile and stage: two 16-byte weight chunks
 # (columns g and g + 8) and their two 4-byte scale words and two bias words; with x_early, per
