@@ -288,6 +288,18 @@ case "$cmd" in
       2> "$OUT/ncu_cold.err" || echo "ncu rc $?"
     python3 bench/cuda_verify_ncu.py --summarize "$OUT/ncu_cold.csv" | tee "$OUT/ncu_cold.md"
     ;;
+  readsizes)
+    # a plain cold read of 12.5 MB to 4 GiB, alone under ncu: the rate a read of the kernels'
+    # sizes can reach at all (bench/read_sizes_ncu.py)
+    export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+    NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    timeout "${NCU_TIMEOUT:-150}" "$NCU" --clock-control none --cache-control all \
+      -k regex:dflash2_read --csv --metrics \
+      gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum \
+      python3 bench/read_sizes_ncu.py > "$OUT/read_sizes.csv" 2> "$OUT/read_sizes.err" \
+      || echo "ncu rc $?"
+    python3 bench/read_sizes_ncu.py --summarize "$OUT/read_sizes.csv" | tee "$OUT/read_sizes.md"
+    ;;
   choose)
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
     # COLD_SWEEPS: the sweeps' JSONs, comma-separated (one per M swept)
@@ -326,7 +338,7 @@ case "$cmd" in
       suites/test_selection.py --results-jsonl "$OUT/h200_suites.jsonl" 2>&1 | tee "$OUT/suites.log" | tail -40
     ;;
   *)
-    echo "usage: scripts/h200.sh fetch|stage|install|bench|devtests|hostcost|regen|ncu|ncucold|coldsweep|choose|sweep|suites" >&2
+    echo "usage: scripts/h200.sh fetch|stage|install|bench|devtests|hostcost|regen|ncu|ncucold|coldsweep|readsizes|choose|sweep|suites" >&2
     exit 2
     ;;
 esac
