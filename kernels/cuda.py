@@ -327,12 +327,20 @@ def _operands(name: str, x: mx.array, qw: QWeights, params: dict) -> tuple:
     if qw.k != k:
         raise ValueError(f"{name}: x has K={k}, the weights K={qw.k}")
     lx = launcher(name, m, k, qw.n, qw.group_size, x.dtype, params)
-    q = qw.in_dtype(lx.scales_dtype) if lx.scales_dtype is not None else qw
+    return (lx, *weights_for(name, qw, lx.scales_dtype, lx.packing))
+
+
+def weights_for(name: str, qw: QWeights, scales_dtype: mx.Dtype | None,
+                packing: tuple) -> tuple:
+    """(w, scales, biases) as a launch's source reads them: scales and biases converted to
+    ``scales_dtype`` and w in the variant's own layout (``LaunchConfig.packing``), each made
+    once per weights and kept with them (a packed w is a second copy of w)."""
+    q = qw.in_dtype(scales_dtype) if scales_dtype is not None else qw
     wq = q.wq
-    if lx.packing:  # kept with the weights, made once: a second copy of w in that layout
+    if packing:
         pack = VARIANTS[name].pack_weights
-        wq = q.derived((name, *lx.packing), lambda: pack(q.wq, *lx.packing))
-    return lx, wq, q.scales, q.biases
+        wq = q.derived((name, *packing), lambda: pack(q.wq, *packing))
+    return wq, q.scales, q.biases
 
 
 def _evaluated(*arrays: mx.array) -> bool:

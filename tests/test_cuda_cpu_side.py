@@ -314,6 +314,23 @@ def test_packed_weights_put_each_blocks_stage_in_one_run_of_words():
     assert rows.packing == () and rows.template["PACKED"] is False
 
 
+def test_a_launch_on_packed_weights_packs_them_once_per_weights():
+    """The launch hands the kernel w in the layout its config names, made on first use and
+    kept with the weights (never per launch); without a packing, w itself."""
+    qw = QWeights.quantize(mx.random.normal((64, 1024), key=mx.random.key(3)), 64, 4,
+                           mx.float16)
+    cfg = cuda.launch_config("mma_weights_a", 8, 1024, 64, 64, "bfloat16",
+                             {"n_tile": 16, "k_groups": 2, "unroll": 2, "stages": 2, "bulk": 2})
+    w, s, b = cuda.weights_for("mma_weights_a", qw, mx.bfloat16, cfg.packing)
+    assert w.shape == qw.wq.shape and not mx.array_equal(w, qw.wq).item()
+    assert s.dtype == b.dtype == mx.bfloat16
+    from kernels.variants.mma_weights_a import pack_weights
+    assert mx.array_equal(w, pack_weights(qw.wq, *cfg.packing)).item()
+    assert cuda.weights_for("mma_weights_a", qw, mx.bfloat16, cfg.packing)[0] is w
+    plain, _, _ = cuda.weights_for("mma_weights_a", qw, mx.bfloat16, ())
+    assert plain is qw.wq
+
+
 @pytest.mark.skipif(cuda_offline.nvcc() is None, reason="nvcc is not on PATH")
 @pytest.mark.parametrize("m", [8, 16])
 def test_bulk_pipeline_compiles_for_sm90_without_spills(m):
