@@ -147,3 +147,15 @@ def test_the_sweep_and_the_ncu_run_drop_the_same_points():
     assert cs.selected(pts, no_ring=True) == [bulk, plain]
     assert cs.selected(pts, no_bulk=True) == [ring, plain]
     assert cs.selected(pts, True, True) == [plain]
+
+
+def test_the_read_sizes_summary_is_what_the_committed_ncu_csv_says():
+    """bench/read_sizes_ncu.py's table (the rate a plain cold read of each size reaches alone)
+    is made from ncu's CSV, labels from the script's NCU_ORDER lines: the committed table must
+    be what its CSV gives, and the 50 MB row the median of its two launches (13.6, 14.56 us)."""
+    import read_sizes_ncu as rs
+    res = Path(__file__).resolve().parents[1] / "bench" / "results" / "h200"
+    got = rs.summarize(str(res / "read_sizes.csv"))
+    assert got.strip() == (res / "read_sizes.md").read_text().strip()
+    row = next(ln for ln in got.splitlines() if ln.startswith("| read | 50.2 |"))
+    assert row.split("|")[3].strip() == "14.1" and row.split("|")[5].strip() == "77%"
