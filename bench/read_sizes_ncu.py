@@ -17,6 +17,7 @@ by the host clock; this kernel's 4 GiB row is the same figure under ncu.)
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -92,12 +93,12 @@ def summarize(path: str) -> str:
         if pct is not None:
             dram.setdefault(k["label"], []).append(pct)
     read4g = times.get(f"read {SIZES_MB[-1]:g} MB")
-    rate4g = SIZES_MB[-1] / min(read4g) if read4g else None  # MB per us = TB/s
+    rate4g = SIZES_MB[-1] / statistics.median(read4g) if read4g else None  # MB/us = TB/s
     out = ["| path | MB | us alone | TB/s | of the 4 GiB read's rate | DRAM % of peak |",
            "|---|---|---|---|---|---|"]
     for label, ts in times.items():
         path, mb = label.split()[0], float(label.split()[1])
-        us = sorted(ts)[len(ts) // 2]
+        us = statistics.median(ts)
         rate = mb / us
         rel = f"{rate / rate4g:.0%}" if rate4g else "-"
         d = dram.get(label)
