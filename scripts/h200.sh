@@ -38,6 +38,9 @@
 #                                  the batched sweep lets independent launches overlap);
 #                                  NCU_LIGHT=1: kernel time and a few metrics only (one pass a
 #                                  kernel), NCU_DTYPES: the dtypes (default bfloat16)
+#   scripts/h200.sh readsizes      there: a plain cold read of 12.5 MB to 4 GiB alone under ncu
+#                                  (bench/read_sizes_ncu.py): the rate a read of the kernels'
+#                                  sizes reaches at all, into $OUT/read_sizes.{csv,md}
 #   scripts/h200.sh choose         there: scripts/regen_sm90_table.py --choose-from-ncu: the M=8
 #                                  gate_up/down tiles of the table chosen by ncu's time of each
 #                                  tile ALONE (ncucold --points), bit-exact tiles only, into
@@ -164,6 +167,24 @@
 #   (its candidate table selects what the committed one does: only the notes' figures changed,
 #   kernels/selection_table.json took them); then on a fresh machine: run (carry .whl/p1)
 #   stage; run (carry .whl/p2) stage, install, RECORD_GOLDENS=0 suites: 140 passed
+# The bulk-pipeline runs and the read sizes (2026-12-04 18:52-19:21 UTC; device ~1430 s in all,
+# three machines' starts included; records bench/results/h200/bulk_*, read_sizes.*):
+#   at 63b15b5: run (carry .whl/p1) stage; run (carry .whl/p2) stage, install,
+#     BENCH_TIMEOUT=210 coldsweep --no-ring --ms 8 --budget-s 140 --reps 5 --batch 64;
+#     SWEEP_OUT=/tmp/h200res/m16 BENCH_TIMEOUT=200 coldsweep --no-ring --point-m 16 --ms 16
+#     --budget-s 130 --reps 5 --batch 64; tar of /tmp/h200res into $OUT  -> bulk_small_*
+#   at 91d8058 (fresh machine): stage, then stage, install, BENCH_TIMEOUT=230 coldsweep --no-ring
+#     --ms 8 --budget-s 160 --reps 5 --batch 64; NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16
+#     NCU_TIMEOUT=200 ncucold --points --no-ring --ms 8 --reps 2; choose  -> bulk_rows_*
+#   at bf14742 (fresh machine): the same  -> bulk_packed_cold_sweep.*, bulk_packed_ncu_cold.*
+#   at 7267c87 (fresh machine): stage, then stage, install, NCU_TIMEOUT=120 readsizes;
+#     BENCH_TIMEOUT=200 coldsweep --no-ring --point-m 16 --ms 16 --budget-s 120 --reps 5
+#     --batch 64; NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16 NCU_TIMEOUT=160 ncucold --points
+#     --no-ring --ms 16 --reps 1  -> read_sizes.*, bulk_packed_cold_sweep_m16.*,
+#     bulk_packed_ncu_cold_m16.md; then at once (warm), cp
+#     bench/results/h200/bulk_packed_cold_sweep.json /tmp/h200res/cuda_verify_cold_sweep.json;
+#     NCU_DTYPES=bfloat16 NCU_TIMEOUT=240 ncucold --points --no-ring --ms 8 --shapes gate_up,down
+#     --reps 1 (all sections)  -> bulk_packed_ncu_cold_sections.*
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"

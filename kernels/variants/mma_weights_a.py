@@ -39,11 +39,14 @@ wait on the stage's barrier, read the ring, release the slot and compute, in the
 pipeline's order, so the output is that pipeline's bit for bit. The levers measured on
 2026-12-04 (docs/KERNELS.md) left a warp that both waits on its loads and computes as what
 limits gate/up and down; this takes the wait off the computing warps without registers.
+Measured the same day: right bit for bit on the H200, and no faster (docs/KERNELS.md).
 
 ``bulk`` = 2 is the same pipeline on weights packed once per weights (``pack_weights``, kept
 with them: a second copy of w) so that each stage of a block is one contiguous bulk copy
 instead of one a row: the first bulk run found the time falling as the copies grew (64 B a
-copy 1.9-3.6x slower than the register pipeline, 320 B 1.2-1.7x).
+copy 1.9-3.6x slower than the register pipeline, 320 B 1.2-1.7x); packed, gate/up at M=8
+ties the register pipeline alone (25.9-26.2 against 25.6-26.5 us) and down and M=16 are
+slower, so no table entry selects it.
 
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
