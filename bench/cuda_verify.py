@@ -46,6 +46,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import MappingProxyType
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -210,7 +211,9 @@ def paths_for(name: str, params: dict) -> dict:
     """The four timed paths, each a function of (x, weights). Eager custom is called the way
     the runtime calls it: ``cuda.launch`` on the layer's QWeights, made once at load (each
     weights' launch captured and traced on its first call, in the timings' warm-up rounds,
-    then replayed)."""
+    then replayed), with the params as the runtime passes them: the selection table's
+    read-only mapping, one object per entry (``kernels.selection``)."""
+    params = MappingProxyType(dict(params))
     stock_c, custom_c = mx.compile(stock), mx.compile(custom_fn(name, params))
     return {"stock_eager": lambda x, q: stock(x, q.wq, q.scales, q.biases),
             "stock_compiled": lambda x, q: stock_c(x, q.wq, q.scales, q.biases),
@@ -381,7 +384,8 @@ def measure_candidate(c: dict, ceiling: float, batch: int, reps: int) -> dict:
     moved = qbytes(one) + x.nbytes + m * n * x.itemsize
     row.update({"bytes": moved, "floor_us": moved / ceiling * 1e6, "cold_copies": count})
     paths = {"stock_eager": lambda x, q: stock_variant.native(x, q, {}),
-             "custom_eager": lambda x, q, c=c: cuda.launch(c["variant"], x, q, c["params"])}
+             "custom_eager": lambda x, q, c=c, p=MappingProxyType(dict(c["params"])):
+             cuda.launch(c["variant"], x, q, p)}
     try:
         ys, yc = paths["stock_eager"](x, one), paths["custom_eager"](x, one)
         ys, yc = ys.astype(mx.float32), yc.astype(mx.float32)

@@ -14,8 +14,10 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 from devices.identity import DeviceIdentity
 from kernels import tiling
@@ -34,13 +36,14 @@ FALLBACK_MEASURED = "fallback:measured"
 class Choice:
     variant: str
     reason: str
-    params: dict = field(default_factory=dict, hash=False, compare=False)
+    # the tile: read-only, the table's own mapping (one object per entry key, never copied)
+    params: Mapping = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True)
 class Table:
     shapes: dict[str, tuple[int, int]]
-    index: dict[tuple, tuple[str, dict]]
+    index: dict[tuple, tuple[str, Mapping]]
     device_keys: frozenset[str]
     device_dtypes: frozenset[tuple[str, str]]
 
@@ -50,7 +53,7 @@ class Table:
         if hit is not None:
             if hit[0] == "stock":
                 return Choice("stock", FALLBACK_MEASURED)
-            return Choice(hit[0], TUNED, dict(hit[1]))
+            return Choice(hit[0], TUNED, hit[1])
         if device_key not in self.device_keys:
             return Choice("stock", FALLBACK_DEVICE)
         if (device_key, dtype) not in self.device_dtypes:
@@ -82,7 +85,7 @@ def build_table(data: dict) -> Table:
     from kernels.variants import VARIANTS
 
     shapes = {name: (int(k), int(n)) for name, (k, n) in data["shapes"].items()}
-    index: dict[tuple, tuple[str, dict]] = {}
+    index: dict[tuple, tuple[str, Mapping]] = {}
     for i, e in enumerate(data["entries"]):
         if e["variant"] not in VARIANTS:
             raise ValueError(f"selection table entry {i}: unknown variant {e['variant']!r}")
@@ -107,7 +110,9 @@ def build_table(data: dict) -> Table:
                                          params)
                         except tiling.TilingError as err:
                             raise ValueError(f"selection table entry {i} ({dev}): {err}") from None
-                        index[key] = (e["variant"], dict(params))
+                        # read-only and the same object on every lookup: no copy per call,
+                        # and the CUDA launch knows it by identity (kernels.cuda.launch)
+                        index[key] = (e["variant"], MappingProxyType(dict(params)))
     return Table(
         shapes=shapes,
         index=index,

@@ -17,7 +17,10 @@ M=8 gate_up and down tiles the selection table ships:
   for bit against ``launch``;
 - ``launch``: ``kernels.cuda.launch`` as the runtime calls it (the per-weights memo, then the
   replay of the weights' captured launch: a compiled function of x alone, the weights constants
-  of its graph);
+  of its graph), with the params the runtime passes: the selection table's read-only mapping,
+  one object per entry, known to the memo by identity;
+- ``launch_dict``: the same with a plain dict of the same params, compared item by item (what
+  every launch paid before the table's params were read-only);
 - ``replay_captured``: that captured function called directly (launch minus its Python lookup);
 - ``replay_shared``: the design before, for the before/after on the same host in the same run:
   the shape's one compiled function of (x, wq, scales, biases), shared by all weights of the
@@ -32,7 +35,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
+from types import MappingProxyType, SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -120,7 +123,8 @@ def main(argv=None) -> int:
         qw = QWeights.quantize(w, 64, 4, dt)
         x = (mx.random.normal((8, k), key=mx.random.key(1)) / k ** 0.25).astype(dt)
         mx.eval(qw.wq, qw.scales, qw.biases, x)
-        y = cuda.launch("mma_weights_a", x, qw, params)
+        frozen = MappingProxyType(dict(params))  # as kernels.selection hands them out
+        y = cuda.launch("mma_weights_a", x, qw, frozen)
         lx = cuda.launcher("mma_weights_a", 8, k, n, 64, dt, params)
         try:  # an experiment: a failure is recorded, the other paths still timed
             spec = specialized(lx, dt_name)
@@ -144,7 +148,9 @@ def main(argv=None) -> int:
             **({"kernel_specialized": lambda i, x=x, qw=qw, f=spec: f(x, qw.wq, qw.scales,
                                                                       qw.biases)}
                if spec else {}),
-            "launch": lambda i, x=x, qw=qw, p=params: cuda.launch("mma_weights_a", x, qw, p),
+            "launch": lambda i, x=x, qw=qw, p=frozen: cuda.launch("mma_weights_a", x, qw, p),
+            "launch_dict": lambda i, x=x, qw=qw, p=params: cuda.launch("mma_weights_a", x, qw,
+                                                                       p),
             "replay_captured": lambda i, x=x, f=cap: f(x),
             "replay_shared": lambda i, x=x, qw=qw, f=old.replay: f(x, qw.wq, qw.scales,
                                                                    qw.biases),

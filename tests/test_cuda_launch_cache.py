@@ -176,6 +176,32 @@ def test_params_changed_in_place_are_not_served_a_stale_launch(standin):
     assert len(_entries(qw)) == 2
 
 
+def test_the_tables_read_only_params_are_kept_as_they_are_and_a_dict_is_copied(standin):
+    """The selection table hands out one read-only mapping per entry key: the memo keeps that
+    object itself, so a launch knows it by identity instead of comparing its items; a plain
+    dict (which may change in place) is copied, and an equal copy of the mapping still hits."""
+    from types import MappingProxyType
+
+    from devices.identity import DeviceIdentity
+    from kernels.selection import select
+    dev = DeviceIdentity(arch="sm_90", generation=None, size=None, chip="NVIDIA H200",
+                         backend="cuda", mlx_version=mx.__version__, emulated=False)
+    a = select(dev, "bfloat16", 8, 5120, 17408, 4, 64)
+    b = select(dev, "bfloat16", 8, 5120, 17408, 4, 64)
+    assert a.variant == NAME and isinstance(a.params, MappingProxyType) and a.params is b.params
+    frozen = MappingProxyType(dict(PARAMS))
+    qw, x = _weights(), _x()
+    mx.eval(cuda.launch(NAME, x, qw, frozen))
+    assert qw.kernel_memo[(NAME, x.shape)][0] is frozen
+    mx.eval(cuda.launch(NAME, x, qw, dict(PARAMS)))  # equal: served the same entry
+    plain = dict(PARAMS)
+    qw2 = _weights(seed=5)
+    mx.eval(cuda.launch(NAME, x, qw2, plain))
+    kept = qw2.kernel_memo[(NAME, x.shape)][0]
+    assert kept == plain and kept is not plain
+    assert [lx.traces for lx in cuda._LAUNCHERS.values()] == [2]  # one per weights
+
+
 def test_another_dtype_at_the_same_shape_is_not_served_the_first_dtypes_launch(standin):
     """The memo's short key holds x's shape, not its dtype: the entry's dtype is compared."""
     qw, first = _weights(), {}
