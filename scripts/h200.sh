@@ -185,6 +185,9 @@
 #     bench/results/h200/bulk_packed_cold_sweep.json /tmp/h200res/cuda_verify_cold_sweep.json;
 #     NCU_DTYPES=bfloat16 NCU_TIMEOUT=240 ncucold --points --no-ring --ms 8 --shapes gate_up,down
 #     --reps 1 (all sections)  -> bulk_packed_ncu_cold_sections.*
+# The read-only params' host cost (19:28 UTC, tree 4ae69fe, a fresh machine; device ~130 s):
+#   run (carry .whl/p1) stage; run (carry .whl/p2) stage, install, TEST_TIMEOUT=100 devtests;
+#   HOST_TIMEOUT=150 hostcost  -> devtests.log (12 passed), host_cost_readonly_params.json
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"
