@@ -63,8 +63,9 @@ class LaunchConfig:
     activation: str  # dtype the kernel reads x in and writes y in
     min_blocks: int = 0  # __launch_bounds__(threads, min_blocks) when > 0 (kernel_header)
     shared_memory: int = 0  # dynamic shared memory bytes a block takes (mma_weights_a's bulk)
-    # () or the variant's name for a layout of w its source reads instead of MLX's, with the
-    # tile it depends on: ``pack_weights(wq, *packing)`` makes it once per weights (_operands)
+    # () where the source reads w as MLX lays it out; else the arguments after wq of the
+    # variant's ``pack_weights``, whose layout it reads instead (made once per weights:
+    # ``weights_for``)
     packing: tuple = ()
 
 
@@ -78,11 +79,11 @@ def _mma_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
 
 def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
                       p: dict) -> LaunchConfig:
-    """``unroll`` shrinks to the largest of 4, 2, 1 (with ``bulk``: of any count) not above the
-    request that divides a group's K steps (the tiling guarantees whole 128-value steps per group). ``stages`` >= 2
-    (the cp.async ring) must fit the block's 48 KiB of static shared memory: k_groups warps
-    x stages x 32 lanes x (``RING_LANE_BYTES`` per 16-column tile, plus with ``x_early``
-    ``RING_LANE_X_BYTES`` per 8 activation rows)."""
+    """``unroll`` shrinks to the largest of 4, 2, 1 (with ``bulk``: of any count) not above
+    the request that divides a group's K steps (the tiling guarantees whole 128-value steps
+    per group). ``stages`` >= 2 (the cp.async ring) must fit the block's 48 KiB of static
+    shared memory: k_groups warps x stages x 32 lanes x (``RING_LANE_BYTES`` per 16-column
+    tile, plus with ``x_early`` ``RING_LANE_X_BYTES`` per 8 activation rows)."""
     n_tile, k_groups = int(p["n_tile"]), int(p["k_groups"])
     group_steps = k // 128 // k_groups
     want = int(p["unroll"])
@@ -130,25 +131,26 @@ def bulk_smem_bytes(m: int, k: int, n_tile: int, k_groups: int, unroll: int, sta
 
 def _bulk_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
                  template: dict, min_blocks: int) -> LaunchConfig:
-    """``bulk`` = 1: one more warp, the producer, and the ring in dynamic shared memory (the
+    """``bulk`` = 1 or 2: one more warp, the producer, and the ring in dynamic shared memory (the
     register pipeline's PREFETCH and X_EARLY have no meaning there: the source ignores them)."""
     n_tile, k_groups = 16 * template["COL_TILES"], template["K_GROUPS"]
     unroll, stages = template["UNROLL"], template["STAGES"]
     where = f"{name} does not tile M={m}, K={k}, N={n}, {dtype}, group_size={group_size}"
+    bulk = f"bulk={2 if template['PACKED'] else 1}"
     if stages < 2:
-        raise tiling.TilingError(f"{where} with bulk=1: its ring needs stages >= 2")
+        raise tiling.TilingError(f"{where} with {bulk}: its ring needs stages >= 2")
     if (k // group_size) % 8:
-        raise tiling.TilingError(f"{where} with bulk=1: a row's scales ({k // group_size} x 2 B) "
+        raise tiling.TilingError(f"{where} with {bulk}: a row's scales ({k // group_size} x 2 B) "
                                  f"must be whole 16-byte chunks for a bulk copy")
     smem = bulk_smem_bytes(m, k, n_tile, k_groups, unroll, stages, group_size,
                            template["PACKED"])
     if smem > MAX_DYNAMIC_SMEM:
-        raise tiling.TilingError(f"{where} with bulk=1, n_tile={n_tile}, k_groups={k_groups}, "
+        raise tiling.TilingError(f"{where} with {bulk}, n_tile={n_tile}, k_groups={k_groups}, "
                                  f"unroll={unroll}, stages={stages}: its {smem} B of shared "
                                  f"memory exceed the {MAX_DYNAMIC_SMEM} B a block may take")
     threads = 32 * (k_groups + 1)
     if threads > tiling.MAX_THREADS["cuda"]:
-        raise tiling.TilingError(f"{where} with bulk=1: {k_groups} consumer warps and the "
+        raise tiling.TilingError(f"{where} with {bulk}: {k_groups} consumer warps and the "
                                  f"producer exceed {tiling.MAX_THREADS['cuda']} threads")
     template = {**template, "PREFETCH": False, "X_EARLY": False, "L2_PREFETCH": 128}
     packing = (n_tile, k_groups, unroll) if template["PACKED"] else ()

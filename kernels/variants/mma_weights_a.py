@@ -43,10 +43,10 @@ Measured the same day: right bit for bit on the H200, and no faster (docs/KERNEL
 
 ``bulk`` = 2 is the same pipeline on weights packed once per weights (``pack_weights``, kept
 with them: a second copy of w) so that each stage of a block is one contiguous bulk copy
-instead of one a row: the first bulk run found the time falling as the copies grew (64 B a
-copy 1.9-3.6x slower than the register pipeline, 320 B 1.2-1.7x); packed, gate/up at M=8
-ties the register pipeline alone (25.9-26.2 against 25.6-26.5 us) and down and M=16 are
-slower, so no table entry selects it.
+instead of one a row: the first two bulk runs found the time falling as the copies grew
+(alone under ncu, gate/up M=8: 89.8 us at 64 B a copy, 33.2-45.4 at 320 B, against 25.9 for
+the register pipeline); packed, gate/up at M=8 ties the register pipeline alone (25.8-26.5
+against 25.6-26.5 us) and down and M=16 are slower, so no table entry selects it.
 
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
