@@ -25,7 +25,9 @@ In one run, on a real NVIDIA GPU with MLX's CUDA backend:
    and custom, eager and compiled: ``chain_us``), and with ``--ncu`` the profiler's kernel time
    of every row's stock and custom launch, each alone with caches flushed (ncu runs
    bench/cuda_verify_ncu.py --rows in a child process; its achieved DRAM throughput,
-   occupancy, registers and warp-stall findings go into the row too).
+   occupancy, registers and warp-stall findings go into the row too), beside a bare read of
+   the row's bytes timed the same way (bench/read_sizes_ncu.py's kernel: what a launch that
+   reads that much reaches at all; a 50 MB read alone runs at ~77% of the 4 GiB rate).
 
 Bytes per launch = 4-bit weights + scales + biases + activations + outputs; floor = bytes /
 read ceiling; "% of ceiling" = floor / time. Speed-up = stock eager time / custom time.
@@ -427,13 +429,17 @@ def ncu_chain_lines(res: dict) -> list[str]:
                 or "-") + " launches" + (f" ({n['source']})" if n.get("source") else "")
                 + ". Chain: cold weights, each launch reads the previous launch's output "
                 "through a small link kernel whose own chain is timed and taken off. % = floor / "
-                "time; ratio = stock / custom (> 1: custom faster). DRAM % of peak, warps active "
-                "(occupancy) and registers of the custom kernel from ncu."), "",
+                "time; ratio = stock / custom (> 1: custom faster). Bare read: a kernel that "
+                "only reads the row's bytes (bench/read_sizes_ncu.py), alone the same way: what "
+                "a launch of that size reaches at all; custom % of it = bare read µs / custom "
+                "µs. DRAM % of peak, warps active (occupancy) and registers of the custom "
+                "kernel from ncu."), "",
            ("| shape | dtype | M | floor µs | ncu stock µs | ncu custom µs | ncu stock % | "
-            "ncu custom % | ncu ratio | chain stock µs | chain eager µs | chain compiled µs | "
+            "ncu custom % | ncu ratio | ncu bare read µs | custom % of bare read | "
+            "chain stock µs | chain eager µs | chain compiled µs | "
             "chain eager % | chain eager ratio | chain eager/compiled | custom DRAM % of peak | "
             "custom warps active % | custom regs | custom grid x block |"),
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ce, cc = r.get("chain_custom_eager_us"), r.get("chain_custom_compiled_us")
         out.append(
@@ -442,6 +448,7 @@ def ncu_chain_lines(res: dict) -> list[str]:
             f"{_f(r.get('ncu_stock_pct_ceiling'), '{:.0%}')} | "
             f"{_f(r.get('ncu_custom_pct_ceiling'), '{:.0%}')} | "
             f"{_f(r.get('ncu_custom_speedup_vs_stock'), '{:.2f}x')} | "
+            f"{_f(r.get('ncu_read_us'))} | {_f(r.get('ncu_custom_pct_of_bare_read'), '{:.0%}')} | "
             f"{_f(r.get('chain_stock_eager_us'))} | {_f(ce)} | {_f(cc)} | "
             f"{_f(r.get('chain_custom_eager_pct_ceiling'), '{:.0%}')} | "
             f"{_f(r.get('chain_custom_eager_speedup_vs_stock'), '{:.2f}x')} | "

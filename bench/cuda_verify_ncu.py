@@ -115,10 +115,20 @@ def row_label(r: dict, path: str) -> str:
     return f"row {r['shape']} {r['dtype']} M={r['M']} {path}"
 
 
+# A bench row's paths under ncu and how each one's kernel is known by name: stock is MLX's QMM,
+# custom a dflash2 kernel, read the bare read of the row's bytes (read_sizes_ncu).
+PATH_KERNELS = (("stock", lambda name: "qmm" in name or "qmv" in name),
+                ("custom", lambda name: "dflash2" in name and "dflash2_read" not in name),
+                ("read", lambda name: "dflash2_read" in name))
+
+
 def merge(res: dict, text: str, source: str, times: bool = True) -> int:
     """Put ncu's time of each bench row's stock and custom launch (each ALONE, caches flushed:
     cold) into ``res['rows']``: ``ncu_{stock,custom}_us`` (median over the launches), their
-    DRAM throughput, warps active and registers, % of the read ceiling and the ratio to stock.
+    DRAM throughput, warps active and registers, % of the read ceiling and the ratio to stock;
+    with a bare read of the row's bytes launched too, ``ncu_read_us`` and the custom kernel's
+    rate as a share of that read's (``ncu_custom_pct_of_bare_read``: what a launch of this
+    size can reach at all, read_sizes_ncu).
     A launch whose kernel is not the path's (stock: MLX's qmm/qmv; custom: dflash2) is left
     out, not mislabelled. Returns the number of rows that got both times."""
     by: dict[str, list[dict]] = {}
@@ -126,9 +136,9 @@ def merge(res: dict, text: str, source: str, times: bool = True) -> int:
         by.setdefault(k["label"], []).append(k)
     both = 0
     for r in res.get("rows", []):
-        for path, mark in (("stock", ("qmm", "qmv")), ("custom", ("dflash2",))):
+        for path, is_path in PATH_KERNELS:
             ks = [k for k in by.get(row_label(r, path), [])
-                  if any(m in k["name"] for m in mark) and duration_us(k) is not None]
+                  if is_path(k["name"]) and duration_us(k) is not None]
             if not ks:
                 continue
             if times:
@@ -154,6 +164,8 @@ def merge(res: dict, text: str, source: str, times: bool = True) -> int:
             if ks[0].get("rules"):
                 r[f"ncu_{path}_findings"] = [t[:400] for t in ks[0]["rules"]
                                              if "could not be found" not in t]
+        if "ncu_read_us" in r and "ncu_custom_us" in r:
+            r["ncu_custom_pct_of_bare_read"] = r["ncu_read_us"] / r["ncu_custom_us"]
         if "ncu_stock_us" in r and "ncu_custom_us" in r:
             r["ncu_custom_speedup_vs_stock"] = r["ncu_stock_us"] / r["ncu_custom_us"]
             both += 1
@@ -169,7 +181,9 @@ def merge(res: dict, text: str, source: str, times: bool = True) -> int:
 
 def launch_rows(res: dict, reps: int, ms: set[int] | None = None) -> int:
     """The launches ``merge`` reads back: every row's (at M in ``ms``) stock and custom path,
-    one weight copy."""
+    one weight copy, then a bare read of the row's bytes."""
+    import read_sizes_ncu as rs
+    reader = rs.read_kernel()
     made: dict = {}
     for r in res.get("rows", []):
         if r.get("custom_error") or (ms and r["M"] not in ms):
@@ -186,6 +200,13 @@ def launch_rows(res: dict, reps: int, ms: set[int] | None = None) -> int:
             for _ in range(reps):
                 mx.eval(fn(x, qw.wq, qw.scales, qw.biases))
             print(f"NCU_ORDER {row_label(r, path)} x{reps}", flush=True)
+        if r.get("bytes"):
+            a = mx.random.randint(0, 1 << 30, (r["bytes"] // 16 * 4,), dtype=mx.uint32)
+            mx.eval(a)
+            for _ in range(reps):
+                mx.eval(rs.launch_read(reader, a))
+            print(f"NCU_ORDER {row_label(r, 'read')} x{reps}", flush=True)
+            del a
     return 0
 
 

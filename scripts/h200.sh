@@ -9,7 +9,9 @@
 #   scripts/h200.sh bench ARGS     there: bench/cuda_verify.py (the honest bench: read ceiling,
 #                                  cold and hot weights, eager and compiled, host cost, a chain of
 #                                  dependent launches, and with --ncu ncu's time of every row's
-#                                  stock and custom launch alone, cold) into /tmp/h200res, copied
+#                                  stock and custom launch alone, cold, and of a bare read of
+#                                  the row's bytes: give --ncu-timeout 150 since those reads
+#                                  came in, untried on a device yet) into /tmp/h200res, copied
 #                                  to $OUT; commit $OUT's cuda_verify.{json,md} and
 #                                  cuda_verify_ncu_rows.csv under bench/results/h200/. With
 #                                  /tmp/h200res/chosen_table.json (the `choose` step) present,

@@ -62,6 +62,48 @@ def test_ncu_times_merge_into_the_bench_rows_with_what_limits_them():
     assert any(ln.startswith("| gate_up | bfloat16 | 8 | 12.5 | 87.6 | 50.6 |") for ln in md)
 
 
+def _with_bare_reads(text: str) -> str:
+    """The rows CSV, then for each of its two rows (gate/up and down) the two 50.2 MB launches
+    of read_sizes.csv labelled as that row's bare read, renumbered after the rows' launches so
+    that the launch order holds."""
+    import csv
+    import io
+
+    def records(t: str) -> list[list[str]]:
+        return [r for r in csv.reader(ln for ln in t.splitlines() if ln.startswith('"'))
+                if r[0].isdigit()]
+    reads = (H200 / "read_sizes.csv").read_text()
+    ids = sorted({int(r[0]) for r in records(reads)})  # launch order; two per size
+    order = [ln for ln in reads.splitlines() if ln.startswith("NCU_ORDER")]
+    at = 2 * next(i for i, ln in enumerate(order) if ln.startswith("NCU_ORDER read 50.2 MB"))
+    mb50 = ids[at:at + 2]
+    next_id = max(int(r[0]) for r in records(text)) + 1
+    buf = io.StringIO()
+    w = csv.writer(buf, quoting=csv.QUOTE_ALL, lineterminator="\n")
+    labels = []
+    for shape in ("gate_up", "down"):
+        labels.append(f"NCU_ORDER row {shape} bfloat16 M=8 read x2")
+        for old in mb50:
+            w.writerows([str(next_id), *r[1:]] for r in records(reads) if int(r[0]) == old)
+            next_id += 1
+    return "\n".join([text, *labels, buf.getvalue()])
+
+
+def test_a_rows_bare_read_gives_the_share_of_what_a_read_of_its_size_reaches():
+    """Each row's bare read (a kernel that only reads the row's bytes, alone under ncu) is
+    merged as ``ncu_read_us``, and the custom kernel's share of that read's rate beside it."""
+    res = {"rows": _rows()}
+    assert cvn.merge(res, _with_bare_reads(_as_rows_csv(NCU_COLD.read_text())), "x.csv") == 2
+    g, d = res["rows"]
+    assert g["ncu_read_us"] == pytest.approx((13.6 + 14.56) / 2)  # read_sizes' 50.2 MB launches
+    assert g["ncu_custom_pct_of_bare_read"] == pytest.approx(g["ncu_read_us"] / 50.56)
+    assert d["ncu_read_us"] == pytest.approx(g["ncu_read_us"])
+    assert g["ncu_custom_us"] == pytest.approx(50.56)  # the read is not taken for custom
+    md = cv.ncu_chain_lines({"rows": res["rows"], "ncu": res["ncu"]})
+    assert any(ln.startswith("| gate_up | bfloat16 | 8 | 12.5 | 87.6 | 50.6 |")
+               and "| 14.1 | 28% |" in ln for ln in md)
+
+
 def test_a_launch_of_the_wrong_kernel_is_not_taken_for_the_path():
     """Labels and kernels out of step (a path that launched another kernel) leave the row
     without that time instead of giving it another launch's."""
