@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mlx.core as mx
+from cuda_verify_report import render
 
 from devices.identity import current_device
 from kernels import cuda
@@ -412,53 +413,6 @@ def measure_candidate(c: dict, ceiling: float, batch: int, reps: int) -> dict:
     return row
 
 
-def _f(v, fmt="{:.1f}") -> str:
-    return fmt.format(v) if isinstance(v, (int, float)) else "-"
-
-
-def ncu_chain_lines(res: dict) -> list[str]:
-    """The time of ONE launch: under ncu (each launch alone, caches flushed: cold) and in a
-    chain of dependent launches (cold weights), beside each other."""
-    rows = [r for r in res["rows"] if "ncu_custom_us" in r or "chain_custom_eager_us" in r]
-    if not rows:
-        return []
-    n = res.get("ncu", {})
-    out = ["", ("**One launch at a time** (what a decode's chain of projections sees). ncu: "
-                "each launch alone, caches flushed before it (`--cache-control all`, cold), "
-                "clocks as they run, median of " + str(len(rows[0].get("ncu_custom_all_us", []))
-                or "-") + " launches" + (f" ({n['source']})" if n.get("source") else "")
-                + ". Chain: cold weights, each launch reads the previous launch's output "
-                "through a small link kernel whose own chain is timed and taken off. % = floor / "
-                "time; ratio = stock / custom (> 1: custom faster). Bare read: a kernel that "
-                "only reads the row's bytes (bench/read_sizes_ncu.py), alone the same way: what "
-                "a launch of that size reaches at all; custom % of it = bare read µs / custom "
-                "µs. DRAM % of peak, warps active (occupancy) and registers of the custom "
-                "kernel from ncu."), "",
-           ("| shape | dtype | M | floor µs | ncu stock µs | ncu custom µs | ncu stock % | "
-            "ncu custom % | ncu ratio | ncu bare read µs | custom % of bare read | "
-            "chain stock µs | chain eager µs | chain compiled µs | "
-            "chain eager % | chain eager ratio | chain eager/compiled | custom DRAM % of peak | "
-            "custom warps active % | custom regs | custom grid x block |"),
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        ce, cc = r.get("chain_custom_eager_us"), r.get("chain_custom_compiled_us")
-        out.append(
-            f"| {r['shape']} | {r['dtype']} | {r['M']} | {r['floor_us']:.1f} | "
-            f"{_f(r.get('ncu_stock_us'))} | {_f(r.get('ncu_custom_us'))} | "
-            f"{_f(r.get('ncu_stock_pct_ceiling'), '{:.0%}')} | "
-            f"{_f(r.get('ncu_custom_pct_ceiling'), '{:.0%}')} | "
-            f"{_f(r.get('ncu_custom_speedup_vs_stock'), '{:.2f}x')} | "
-            f"{_f(r.get('ncu_read_us'))} | {_f(r.get('ncu_custom_pct_of_bare_read'), '{:.0%}')} | "
-            f"{_f(r.get('chain_stock_eager_us'))} | {_f(ce)} | {_f(cc)} | "
-            f"{_f(r.get('chain_custom_eager_pct_ceiling'), '{:.0%}')} | "
-            f"{_f(r.get('chain_custom_eager_speedup_vs_stock'), '{:.2f}x')} | "
-            f"{_f(ce / cc if ce and cc else None, '{:.2f}')} | "
-            f"{_f(r.get('ncu_custom_dram_pct'))} | {_f(r.get('ncu_custom_warps_active_pct'))} | "
-            f"{_f(r.get('ncu_custom_registers'), '{:.0f}')} | "
-            f"{r.get('ncu_custom_grid', '-')} x {r.get('ncu_custom_block', '-')} |")
-    return out
-
-
 NCU_METRICS = ("gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,"
                "dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,"
                "launch__grid_size,launch__registers_per_thread")
@@ -497,116 +451,6 @@ def ncu_rows(out: Path, res: dict, timeout: float, reps: int = 2) -> None:
         n = cvn.merge(res, csv_path.read_text(), csv_path.name, times=not sections)
         res["ncu"][f"rc {csv_name}"] = rc
         print(f"ncu {csv_name}: rc {rc}, {n} rows with stock and custom", flush=True)
-
-
-def render(res: dict) -> str:
-    c = res["ceiling"]
-    dev = res["device"]
-    prof = res.get("profilers", {})
-    lines = [
-        f"# CUDA verify kernels on {dev['chip']} ({dev['arch']}, MLX {dev['mlx_version']})", "",
-        (f"Measured {res['measured_at']} by `bench/cuda_verify.py` "
-         f"({'--quick' if res.get('quick') else 'full'} mode)."), "",
-        (f"Read-only ceiling (`mx.sum` over {c['gib']:g} GiB float32): "
-         f"**{c['sum_read_only']['Bps'] / 1e12:.2f} TB/s** (used as the ceiling). "
-         f"Elementwise copy `a + 1` over the same {c['gib']:g} GiB, read + write, for "
-         f"reference only: {c['copy_a_plus_1_read_write']['Bps'] / 1e12:.2f} TB/s."), "",
-        ("Bytes per launch = 4-bit weights + scales + biases + activations + outputs; floor = "
-         "bytes / read ceiling; % = floor / time. **cold**: a different weight copy per launch, "
-         "rotating over more than 2x the 60 MB L2; **hot**: one copy reused (served from L2). "
-         "Batched device µs: a pre-built batch of INDEPENDENT launches, one timed `mx.eval`, "
-         "divided by the batch; median over batches. MLX's CUDA graphs order only data "
-         "dependencies, so these launches overlap: the batched figures are throughput of "
-         "overlapping independent launches, not the time of one launch (see the ncu and chain "
-         "table below for that). Speed-up = stock eager µs / custom µs (> 1 is faster than "
-         "stock). Host µs: building one launch's graph without evaluating it."), "",
-        ("Profilers on the machine: " + ", ".join(
-            f"{t} {'at ' + p['path'] if p.get('path') else 'absent'}"
-            for t, p in prof.items() if isinstance(p, dict)) + "."
-         + (" Clocks: `" + prof["clocks"].replace("\n", " / ") + "`." if prof.get("clocks")
-            else "")), "",
-        ("| shape | dtype | M | weights | floor µs | stock µs | stock compiled µs | custom eager µs "
-         "| custom compiled µs | stock % | eager % | compiled % | eager speed-up | compiled "
-         "speed-up | eager/compiled |"),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for temp in ("cold", "hot"):
-        for r in res["rows"]:
-            def g(p, suf="_us", r=r, temp=temp):
-                return r.get(f"{temp}_{p}{suf}")
-            lines.append(
-                f"| {r['shape']} ({r['K']}x{r['N']}) | {r['dtype']} | {r['M']} | {temp} | "
-                f"{r['floor_us']:.1f} | {_f(g('stock_eager'))} | {_f(g('stock_compiled'))} | "
-                f"{_f(g('custom_eager'))} | {_f(g('custom_compiled'))} | "
-                f"{_f(g('stock_eager', '_pct_ceiling'), '{:.0%}')} | "
-                f"{_f(g('custom_eager', '_pct_ceiling'), '{:.0%}')} | "
-                f"{_f(g('custom_compiled', '_pct_ceiling'), '{:.0%}')} | "
-                f"{_f(g('custom_eager', '_speedup_vs_stock'), '{:.2f}x')} | "
-                f"{_f(g('custom_compiled', '_speedup_vs_stock'), '{:.2f}x')} | "
-                f"{_f(g('custom_eager_over_compiled', ''), '{:.2f}')} |")
-    lines += ncu_chain_lines(res)
-    lines += ["", ("Wall per launch as a caller sees it, cold weights (µs): the batch's graph "
-                   "built AND evaluated inside the timing, so host cost is included where the "
-                   "GPU cannot hide it:"), "",
-              "| shape | dtype | M | stock | stock compiled | custom eager | custom compiled |",
-              "|---|---|---|---|---|---|---|"]
-    for r in res["rows"]:
-        lines.append(f"| {r['shape']} | {r['dtype']} | {r['M']} | "
-                     + " | ".join(_f(r.get(f"cold_{p}_wall_us")) for p in (
-                         "stock_eager", "stock_compiled", "custom_eager", "custom_compiled"))
-                     + " |")
-    lines += ["", ("Host cost per launch (µs, graph built, not evaluated; hot weights; the four "
-                   "paths timed in turns, 500 launches a turn, median of 9 turns after 2 "
-                   "untimed; '- stock' is the median of each turn's difference to stock eager "
-                   "in the same round). The tile's source: the selection table's entry named:"),
-              "",
-              ("| shape | dtype | M | kernel (tile) | tile from | stock | stock compiled | "
-               "custom eager | custom compiled | custom eager - stock | stock compiled - stock "
-               "| custom vs stock max rel diff |"),
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in res["rows"]:
-        p = ", ".join(f"{k}={v}" for k, v in r["params"].items())
-        lines.append(
-            f"| {r['shape']} | {r['dtype']} | {r['M']} | {r['kernel']} ({p}) | "
-            f"{r.get('tile_from', '-')} | "
-            f"{_f(r.get('host_stock_eager_us'), '{:.2f}')} | "
-            f"{_f(r.get('host_stock_compiled_us'), '{:.2f}')} | "
-            f"{_f(r.get('host_custom_eager_us'), '{:.2f}')} | "
-            f"{_f(r.get('host_custom_compiled_us'), '{:.2f}')} | "
-            f"{_f(r.get('host_custom_eager_minus_stock_us'), '{:+.2f}')} | "
-            f"{_f(r.get('host_stock_compiled_minus_stock_us'), '{:+.2f}')} | "
-            f"{_f(r.get('custom_vs_stock_rel_max'), '{:.2e}')} |")
-    if res.get("table_rows"):
-        lines += ["", ("Selection-table candidates (every sm_90 entry of "
-                       f"`{res.get('table_source', 'kernels/selection_table.json')}`), cold, "
-                       "stock as the runtime runs it against the candidate, µs per launch "
-                       "(median; spread = min-max over the batches). scripts/regen_sm90_table.py "
-                       "keeps an entry only where custom beats stock by more than the spread:"),
-                  "", ("| shape | dtype | M | candidate | stock wall | custom wall | stock wall "
-                       "spread | custom wall spread | stock device | custom device | wall "
-                       "speed-up | rel diff |"),
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for r in res["table_rows"]:
-            if "error" in r:
-                lines.append(f"| {r['shape']} | {r['dtype']} | {r['M']} | {r['variant']} | "
-                             f"error: {r['error'][:80]} |||||||")
-                continue
-            p = ", ".join(f"{k}={v}" for k, v in r["params"].items())
-            sp = {pa: (min(r[f"cold_{pa}_wall_batches_us"]), max(r[f"cold_{pa}_wall_batches_us"]))
-                  for pa in ("stock_eager", "custom_eager")}
-            lines.append(
-                f"| {r['shape']} | {r['dtype']} | {r['M']} | {r['variant']} ({p}) | "
-                f"{r['cold_stock_eager_wall_us']:.1f} | {r['cold_custom_eager_wall_us']:.1f} | "
-                f"{sp['stock_eager'][0]:.1f}-{sp['stock_eager'][1]:.1f} | "
-                f"{sp['custom_eager'][0]:.1f}-{sp['custom_eager'][1]:.1f} | "
-                f"{r['cold_stock_eager_us']:.1f} | {r['cold_custom_eager_us']:.1f} | "
-                f"{r['cold_wall_speedup_vs_stock']:.2f}x | "
-                f"{_f(r.get('custom_vs_stock_rel_max'), '{:.1e}')} |")
-    errs = [(r['shape'], r['dtype'], r['M'], k, v) for r in res["rows"] for k, v in r.items()
-            if k.endswith("error")]
-    if errs:
-        lines += ["", "Errors (a path that could not run is a finding, not a stop):", ""]
-        lines += [f"- {s} {d} M={m} {k}: {v}" for s, d, m, k, v in errs]
-    return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:

@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cuda_verify as cv
 import mlx.core as mx
+from cuda_verify_report import cell
 
 from devices.identity import current_device
 from kernels import cuda
@@ -341,9 +342,9 @@ def render(res: dict) -> str:
                 f"{r['stock_us']:.1f} | {r['custom_eager_us']:.1f} | "
                 f"{r['custom_compiled_us']:.1f} | {r['stock_pct_ceiling']:.0%} | "
                 f"{r['pct_ceiling_eager']:.0%} | {r['pct_ceiling_compiled']:.0%} | "
-                f"{r['compiled_speedup_vs_stock']:.2f}x | {cv._f(r.get('alone_stock_us'))} | "
-                f"{cv._f(r.get('alone_custom_us'))} | "
-                f"{cv._f(r.get('alone_pct_ceiling'), '{:.0%}')} | "
+                f"{r['compiled_speedup_vs_stock']:.2f}x | {cell(r.get('alone_stock_us'))} | "
+                f"{cell(r.get('alone_custom_us'))} | "
+                f"{cell(r.get('alone_pct_ceiling'), '{:.0%}')} | "
                 f"{ch.get('ulps_vs_portable', float('nan')):.3f} | "
                 f"{ch.get('ulps_vs_f64', float('nan')):.3f} "
                 f"({ch.get('stock_ulps_vs_f64', float('nan')):.3f}) |")
@@ -358,8 +359,8 @@ def render(res: dict) -> str:
             lines.append(
                 f"| {key.split('/')[0]} | {e['dtype']} | {e.get('point_m', 8)} | "
                 + " | ".join(str(r.get(k, "-")) for k in KEYS)
-                + f" | {cv._f(r.get('us'))} | {cv._f(r.get('pct_ceiling'), '{:.0%}')} | "
-                f"{r.get('exact_vs_register', '-')} | {cv._f(r.get('rel_vs_stock'), '{:.1e}')} "
+                + f" | {cell(r.get('us'))} | {cell(r.get('pct_ceiling'), '{:.0%}')} | "
+                f"{r.get('exact_vs_register', '-')} | {cell(r.get('rel_vs_stock'), '{:.1e}')} "
                 f"| {note} |")
     return "\n".join(lines) + "\n"
 

@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import cuda_verify as cv
 import cuda_verify_ncu as cvn
 import regen_sm90_table as regen
+from cuda_verify_report import ncu_chain_lines
 
 from kernels.variants.mma_weights_a import DEFAULTS
 
@@ -58,7 +59,7 @@ def test_ncu_times_merge_into_the_bench_rows_with_what_limits_them():
     assert g["ncu_custom_achieved_occupancy_pct"] > 0
     assert any("Occupancy" in f for f in g["ncu_custom_findings"])
     assert res["ncu"]["rows_timed"] == 2
-    md = cv.ncu_chain_lines({"rows": res["rows"], "ncu": res["ncu"]})
+    md = ncu_chain_lines({"rows": res["rows"], "ncu": res["ncu"]})
     assert any(ln.startswith("| gate_up | bfloat16 | 8 | 12.5 | 87.6 | 50.6 |") for ln in md)
 
 
@@ -99,7 +100,7 @@ def test_a_rows_bare_read_gives_the_share_of_what_a_read_of_its_size_reaches():
     assert g["ncu_custom_pct_of_bare_read"] == pytest.approx(g["ncu_read_us"] / 50.56)
     assert d["ncu_read_us"] == pytest.approx(g["ncu_read_us"])
     assert g["ncu_custom_us"] == pytest.approx(50.56)  # the read is not taken for custom
-    md = cv.ncu_chain_lines({"rows": res["rows"], "ncu": res["ncu"]})
+    md = ncu_chain_lines({"rows": res["rows"], "ncu": res["ncu"]})
     assert any(ln.startswith("| gate_up | bfloat16 | 8 | 12.5 | 87.6 | 50.6 |")
                and "| 14.1 | 28% |" in ln for ln in md)
 
