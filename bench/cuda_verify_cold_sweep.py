@@ -82,7 +82,8 @@ GU, DN = (32, 4, 2, 0, 0, 128, 1), (16, 8, 2, 0, 0, 128, 1)
 # The first bulk run (2026-12-04 18:55 UTC, tree 63b15b5, bench/results/h200/bulk_small_*): the
 # shipped tiles, ``min_blocks`` 5 on gate/up, and the bulk pipeline with one or two K steps a
 # stage (64 or 128 B a bulk copy, a stage read into registers whole): every bulk tile bit for bit
-# right and 1.9-3.6x slower than the shipped tile (52-106 us against 27.7, batched).
+# right and 1.9-3.6x slower than the shipped tiles, batched (M=8: gate/up 52.0-77.1 us against
+# 27.7-28.1, down 60.1-102.5 against 32.3-36.3).
 POINTS_2026_12_04_BULK = {
     "gate_up": [GU, (GU, {"min_blocks": 5}),
                 ((32, 4, 1, 0, 6), {"bulk": 1}), ((32, 4, 2, 0, 3), {"bulk": 1}),

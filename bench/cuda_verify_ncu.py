@@ -201,12 +201,8 @@ def launch_rows(res: dict, reps: int, ms: set[int] | None = None) -> int:
                 mx.eval(fn(x, qw.wq, qw.scales, qw.biases))
             print(f"NCU_ORDER {row_label(r, path)} x{reps}", flush=True)
         if r.get("bytes"):
-            a = mx.random.randint(0, 1 << 30, (r["bytes"] // 16 * 4,), dtype=mx.uint32)
-            mx.eval(a)
-            for _ in range(reps):
-                mx.eval(rs.launch_read(reader, a))
+            rs.read_launches(reader, r["bytes"], reps)
             print(f"NCU_ORDER {row_label(r, 'read')} x{reps}", flush=True)
-            del a
     return 0
 
 

@@ -66,17 +66,22 @@ def launch_read(kernel, a: mx.array) -> mx.array:
     return out
 
 
+def read_launches(kernel, nbytes: int, reps: int) -> None:
+    """``reps`` launches of the bare read over ``nbytes`` (down to whole 16-byte chunks) of
+    fresh data; the caller prints their NCU_ORDER label after them."""
+    a = mx.random.randint(0, 1 << 30, (nbytes // 16 * 4,), dtype=mx.uint32)
+    mx.eval(a)
+    for _ in range(reps):
+        mx.eval(launch_read(kernel, a))
+    del a
+    mx.clear_cache()
+
+
 def run(sizes=SIZES_MB, reps: int = REPS) -> None:
     kernel = read_kernel()
     for mb in sizes:
-        words = int(mb * 1e6) // 16 * 4
-        a = mx.random.randint(0, 1 << 30, (words,), dtype=mx.uint32)
-        mx.eval(a)
+        read_launches(kernel, int(mb * 1e6), reps)
         print(f"NCU_ORDER read {mb:g} MB x{reps}", flush=True)
-        for _ in range(reps):
-            mx.eval(launch_read(kernel, a))
-        del a
-        mx.clear_cache()
 
 
 def summarize(path: str) -> str:

@@ -46,12 +46,9 @@ class QWeights:
         ``quantize`` stores them in the activation dtype from the start."""
         if self.scales.dtype == dtype and self.biases.dtype == dtype:
             return self
-        hit = self._as.get(dtype)
-        if hit is None:
-            hit = self._as[dtype] = QWeights(self.wq, self.scales.astype(dtype),
-                                             self.biases.astype(dtype), self.group_size,
-                                             self.bits)
-        return hit
+        return self.derived(dtype, lambda: QWeights(self.wq, self.scales.astype(dtype),
+                                                    self.biases.astype(dtype), self.group_size,
+                                                    self.bits))
 
     def derived(self, key, make):
         """``make()``'s array, made the first time ``key`` is asked for and kept with these
