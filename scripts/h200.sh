@@ -326,6 +326,26 @@ case "$cmd" in
       || echo "ncu rc $?"
     python3 bench/read_sizes_ncu.py --summarize "$OUT/read_sizes.csv" | tee "$OUT/read_sizes.md"
     ;;
+  sass)
+    # Per-instruction warp-stall samples (ncu's SourceCounters) of the shipped tiles, cold:
+    # where the warps of a kernel wait, instruction by instruction (SASS), not only in sum.
+    # ARGS go to cuda_verify_ncu.py (default: gate/up bf16 at M=8 and 16); the source page
+    # of every kernel profiled into $OUT/sass_source.csv, the sections into sass.csv.
+    shift
+    export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+    NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    rm -f /tmp/h200res/sass.ncu-rep; mkdir -p /tmp/h200res
+    timeout "${NCU_TIMEOUT:-150}" "$NCU" --clock-control none --cache-control all \
+      -k regex:dflash2 --section SourceCounters --section WarpStateStats \
+      --section LaunchStats --section Occupancy --import-source no \
+      -o /tmp/h200res/sass python3 bench/cuda_verify_ncu.py --reps 1 \
+      ${@:---shapes gate_up --dtypes bfloat16 --ms 8,16} > "$OUT/sass.log" 2>&1 || echo "ncu rc $?"
+    "$NCU" --import /tmp/h200res/sass.ncu-rep --csv > "$OUT/sass.csv" 2>&1 || true
+    "$NCU" --import /tmp/h200res/sass.ncu-rep --page source --print-source sass --csv \
+      > "$OUT/sass_source.csv" 2> "$OUT/sass_source.err" || true
+    command -v cuobjdump > /dev/null && echo "cuobjdump: $(command -v cuobjdump)" >> "$OUT/sass.log"
+    ls -la "$OUT" | tail -20
+    ;;
   choose)
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
     # COLD_SWEEPS: the sweeps' JSONs, comma-separated (one per M swept)
@@ -364,7 +384,7 @@ case "$cmd" in
       suites/test_selection.py --results-jsonl "$OUT/h200_suites.jsonl" 2>&1 | tee "$OUT/suites.log" | tail -40
     ;;
   *)
-    echo "usage: scripts/h200.sh fetch|stage|install|bench|devtests|hostcost|regen|ncu|ncucold|coldsweep|readsizes|choose|sweep|suites" >&2
+    echo "usage: scripts/h200.sh fetch|stage|install|bench|devtests|hostcost|regen|ncu|ncucold|coldsweep|readsizes|sass|choose|sweep|suites" >&2
     exit 2
     ;;
 esac
