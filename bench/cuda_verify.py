@@ -225,8 +225,9 @@ def paths_for(name: str, params: dict) -> dict:
 
 
 def sweep_choice(sweep: dict, op: str, dt_name: str) -> tuple[str, dict]:
-    """The custom kernel and tile the hot-weight sweep chose for this shape at M=8 (the tile
-    the sm_90 selection table ships)."""
+    """The custom kernel and tile the hot-weight sweep chose for this shape at M=8: the last
+    resort of ``tile_for``, for a shape the table does not list (the table's tiles were chosen
+    cold since)."""
     b = (sweep.get("shapes", {}).get(f"{op}/{dt_name}") or {}).get("best_m8") or {}
     if b.get("variant"):
         return b["variant"], {k: b[k] for k in ("n_tile", "k_groups", "unroll", "prefetch")

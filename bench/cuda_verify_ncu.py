@@ -179,14 +179,17 @@ def merge(res: dict, text: str, source: str, times: bool = True) -> int:
     return both
 
 
-def launch_rows(res: dict, reps: int, ms: set[int] | None = None) -> int:
-    """The launches ``merge`` reads back: every row's (at M in ``ms``) stock and custom path,
-    one weight copy, then a bare read of the row's bytes."""
+def launch_rows(res: dict, reps: int, ms: set[int] | None = None,
+                shapes: set[str] | None = None, dtypes: set[str] | None = None) -> int:
+    """The launches ``merge`` reads back: every row's (at M in ``ms``, of ``shapes`` and
+    ``dtypes`` where given) stock and custom path, one weight copy, then a bare read of the
+    row's bytes."""
     import read_sizes_ncu as rs
     reader = rs.read_kernel()
     made: dict = {}
     for r in res.get("rows", []):
-        if r.get("custom_error") or (ms and r["M"] not in ms):
+        if (r.get("custom_error") or (ms and r["M"] not in ms)
+                or (shapes and r["shape"] not in shapes) or (dtypes and r["dtype"] not in dtypes)):
             continue
         key = (r["shape"], r["dtype"])
         if key not in made:
@@ -218,6 +221,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default=",".join(cv.DTYPES))
     ap.add_argument("--ms", default="8", help="the M to launch (with --rows: '' for every row's)")
     ap.add_argument("--reps", type=int, default=REPS)
+    ap.add_argument("--tiles", default=None, metavar="JSON",
+                    help="a JSON list of mma_weights_a params, each launched beside the "
+                         "committed tile (tiles the cold sweep does not list)")
     ap.add_argument("--summarize", default=None, metavar="CSV")
     ap.add_argument("--rows", default=None, metavar="JSON",
                     help="launch each row of bench/cuda_verify.py's JSON (its stock and its "
@@ -227,21 +233,25 @@ def main(argv=None) -> int:
         sys.stdout.write(summarize(args.summarize))
         return 0
     if args.rows:
+        given = {o: set(getattr(args, o).split(",")) for o in ("shapes", "dtypes")
+                 if getattr(args, o) != ap.get_default(o)}
         return launch_rows(json.loads(Path(args.rows).read_text()), args.reps,
-                           {int(v) for v in args.ms.split(",")} if args.ms else None)
+                           {int(v) for v in args.ms.split(",")} if args.ms else None, **given)
     sweep = json.loads((cv.ROOT / "bench" / "results" / "h200" / "cuda_verify.json").read_text())
     cold = json.loads(Path(args.cold_sweep).read_text()) if args.cold_sweep else None
+    table = json.loads((cv.ROOT / "kernels" / "selection_table.json").read_text())
     for op in args.shapes.split(","):
         k, n = cv.SHAPES[op]
         for dt_name in args.dtypes.split(","):
             dt = cv.DTYPES[dt_name]
             (qw,) = cv.make_copies(k, n, dt, 1)
-            name, params = cv.sweep_choice(sweep, op, dt_name)
-            paths = [("stock", cv.stock), (f"custom {params}", cv.custom_fn(name, params))]
+            paths = [("stock", cv.stock)]
             best = ((cold or {}).get("shapes", {}).get(f"{op}/{dt_name}") or {}).get("best_m8")
             if best:
                 p = {key: best[key] for key in TILE_KEYS if key in best}
                 paths.append((f"cold-best {p}", cv.custom_fn("mma_weights_a", p)))
+            for p in json.loads(args.tiles) if args.tiles else []:
+                paths.append((f"tile {p}", cv.custom_fn("mma_weights_a", p)))
             if args.points:
                 import cuda_verify_cold_sweep as cs
                 for pt in cs.selected(cs.POINTS[op], args.no_ring, args.no_bulk):
@@ -250,7 +260,10 @@ def main(argv=None) -> int:
             for m in (int(v) for v in args.ms.split(",")):
                 x = (mx.random.normal((m, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)
                 mx.eval(x)
-                for path, fn in paths:
+                # the tile the committed table ships at this M (as the bench picks it)
+                name, params, _ = cv.tile_for(table, sweep, op, k, dt_name, m)
+                for path, fn in (paths[:1] + [(f"custom {params}", cv.custom_fn(name, params))]
+                                 + paths[1:]):
                     try:
                         for _ in range(args.reps):
                             mx.eval(fn(x, qw.wq, qw.scales, qw.biases))

@@ -308,8 +308,9 @@ case "$cmd" in
     # shellcheck disable=SC2086
     timeout "${NCU_TIMEOUT:-150}" "$NCU" --clock-control none --cache-control all \
       -k 'regex:qmm|qmv|dflash2' --csv $sections --metrics "$metrics" \
-      python3 bench/cuda_verify_ncu.py --cold-sweep /tmp/h200res/cuda_verify_cold_sweep.json \
-      --dtypes "${NCU_DTYPES:-bfloat16}" --reps 1 \
+      python3 bench/cuda_verify_ncu.py \
+      $([ -f /tmp/h200res/cuda_verify_cold_sweep.json ] \
+        && echo --cold-sweep /tmp/h200res/cuda_verify_cold_sweep.json) --dtypes "${NCU_DTYPES:-bfloat16}" --reps 1 \
       $([ -f /tmp/h200res/no_bulk ] && echo --no-bulk) "$@" > "$OUT/ncu_cold.csv" \
       2> "$OUT/ncu_cold.err" || echo "ncu rc $?"
     python3 bench/cuda_verify_ncu.py --summarize "$OUT/ncu_cold.csv" | tee "$OUT/ncu_cold.md"

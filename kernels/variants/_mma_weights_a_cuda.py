@@ -67,11 +67,18 @@ CUDA_SOURCE = r"""
 
   // The lane's activations of one K step (row g, + 8; zeros past M) from global memory (read by
   // every warp: L1/L2 hits).
+  // Lane bases: the lane's first row (g) and K offset; other rows and steps are offsets from
+  // them, so a step's addresses are one add and immediates (indexing from the row each time
+  // cost ~35 integer instructions a K step: 64-bit products and sign extensions per row).
+  const T* x_lane = x + g * K + 32 * t;
+  const uint32_t* w_lane = w32 + (n_base + g) * WORDS + 4 * t;
+  const uint16_t* s_lane = s16 + (n_base + g) * ROW_GROUPS;
+  const uint16_t* b_lane = b16 + (n_base + g) * ROW_GROUPS;
   auto load_x = [&](uint4 (&xa)[M_TILES][4], int step) {
 #pragma unroll
     for (int mt = 0; mt < M_TILES; ++mt) {
       const int row = 8 * mt + g;
-      const uint4* xp = reinterpret_cast<const uint4*>(x + row * K + step * 128 + 32 * t);
+      const uint4* xp = reinterpret_cast<const uint4*>(x_lane + 8 * mt * K + step * 128);
 #pragma unroll
       for (int i = 0; i < 4; ++i) xa[mt][i] = row < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
     }
@@ -301,15 +308,15 @@ CUDA_SOURCE = r"""
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) {
         const int step = warp * GROUP_STEPS + s0 + u;
-        const int word = step * 16 + 4 * t;
         const int grp = (step * 128 + 32 * t) / GS;
+        const uint32_t* wp = w_lane + step * 16;
 #pragma unroll
         for (int c = 0; c < COL_TILES; ++c)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int n = n_base + 16 * c + g + 8 * h;
-            b.wq[u][c][h] = __ldcs(reinterpret_cast<const uint4*>(w32 + n * WORDS + word));
-            const uint32_t sv = s16[n * ROW_GROUPS + grp], bv = b16[n * ROW_GROUPS + grp];
+            const int r = 16 * c + 8 * h;  // the row's offset from the lane's first
+            b.wq[u][c][h] = __ldcs(reinterpret_cast<const uint4*>(wp + r * WORDS));
+            const uint32_t sv = s_lane[r * ROW_GROUPS + grp], bv = b_lane[r * ROW_GROUPS + grp];
             b.sc[u][c][h] = sv | (sv << 16);
             b.bi[u][c][h] = bv | (bv << 16);
           }
@@ -375,8 +382,11 @@ template <bool BF16>
 __device__ __forceinline__ uint32_t dflash2_dequant_pair(uint32_t bits, uint32_t scale2,
                                                          uint32_t bias2) {
   constexpr uint32_t MAGIC = BF16 ? 0x43004300u : 0x64006400u;
-  uint32_t v = (bits & 0x000F000Fu) | MAGIC;
-  uint32_t magic = MAGIC, out;
+  // (bits & mask) | MAGIC as ONE lop3: written as an AND and an OR of two immediates, ptxas
+  // emits two LOP3s (a LOP3 takes one immediate), a quarter of the dequantization's issue
+  // slots (ncu's SASS of the shipped kernel, 2026-12-05); here MAGIC is a register operand.
+  uint32_t v, magic = MAGIC, out;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(v) : "r"(bits), "n"(0x000F000F), "r"(magic));
   if constexpr (BF16) {
     __nv_bfloat162 r = __hfma2(__hsub2(*reinterpret_cast<__nv_bfloat162*>(&v),
                                        *reinterpret_cast<__nv_bfloat162*>(&magic)),
