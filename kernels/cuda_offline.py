@@ -58,6 +58,22 @@ def compile_launch(name: str, cfg) -> PtxasReport:
     return compile_sm90(name, cfg.activation, cfg.template, cuda.kernel_header(name, cfg))
 
 
+def ptx_sm90(name: str, dtype: str, constants: dict, header: str | None = None) -> str:
+    """The PTX nvcc makes of the translation unit for sm_90a: what a test can read
+    instruction by instruction without a disassembler (none ships with nvcc here)."""
+    exe = nvcc()
+    if exe is None:
+        raise RuntimeError("nvcc is not on PATH")
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / "k.cu", Path(tmp) / "k.ptx"
+        src.write_text(translation_unit(name, dtype, constants, header))
+        r = subprocess.run([exe, "-arch=sm_90a", "-ptx", "-O3", str(src), "-o", str(out)],
+                           capture_output=True, text=True, timeout=300, check=False)
+        if r.returncode != 0:
+            raise RuntimeError(f"{name} {dtype} {constants}: nvcc failed\n{r.stderr[-2000:]}")
+        return out.read_text()
+
+
 def compile_sm90(name: str, dtype: str, constants: dict, header: str | None = None) -> PtxasReport:
     """nvcc -arch=sm_90a -cubin (MLX's JIT asks NVRTC for sm_90a on an H200); RuntimeError with
     nvcc's output when it does not compile."""

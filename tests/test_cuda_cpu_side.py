@@ -3,6 +3,7 @@ H200's real result file going into the history as a real (not emulated) device."
 
 import json
 import os
+import re
 import subprocess
 import sys
 from fractions import Fraction
@@ -342,3 +343,19 @@ def test_bulk_pipeline_compiles_for_sm90_without_spills(m):
                                   "bulk": bulk})
         rep = cuda_offline.compile_launch("mma_weights_a", cfg)
         assert rep.registers > 0 and rep.spill_bytes == 0, (bulk, rep)
+
+
+@pytest.mark.skipif(cuda_offline.nvcc() is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("dtype,magic", [("bfloat16", 0x43004300), ("float16", 0x64006400)])
+def test_a_nibble_pair_is_dequantized_with_one_lop3(dtype, magic):
+    """(bits & mask) | MAGIC written as C is an AND and an OR of two immediates, which ptxas
+    emits as two LOP3s (one LOP3 takes one immediate): a fifth of the kernel's instructions
+    on the H200 (bench/results/h200/sass_*.md). The source asks for one lop3 with MAGIC in a
+    register: one a pair (64 pairs a K step of 32 columns), and no OR of the magic left."""
+    cfg = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, dtype,
+                             {"n_tile": 32, "k_groups": 4, "unroll": 2, "x_early": 1})
+    ptx = cuda_offline.ptx_sm90("mma_weights_a", dtype, cfg.template,
+                                cuda.kernel_header("mma_weights_a", cfg))
+    lop3 = re.findall(r"lop3\.b32\s+%r\d+, %r\d+, 983055, %r\d+, 0xea;", ptx)
+    assert len(lop3) == 2 * 64  # the batch's two K steps, unrolled
+    assert not re.search(rf"\bor\.b32\s+%r\d+, %r\d+, {magic};", ptx)
