@@ -190,6 +190,24 @@
 # The read-only params' host cost (19:28 UTC, tree 4ae69fe, a fresh machine; device ~130 s):
 #   run (carry .whl/p1) stage; run (carry .whl/p2) stage, install, TEST_TIMEOUT=100 devtests;
 #   HOST_TIMEOUT=150 hostcost  -> devtests.log (12 passed), host_cost_readonly_params.json
+# The one-LOP3 runs (2026-12-04 20:11-20:47 UTC; device ~1660 s in all, four machines' starts
+# included; the calls of each machine follow each other at once):
+#   at b469165: run (carry .whl/p1) stage; run (carry .whl/p2) stage, install, OUT=$OUT/r sass
+#     (it profiled the old hot sweep's tile, since fixed: cuda_verify_ncu's default now launches
+#     the table's tile at each M); hostcost  -> sass_before_lop3_k1u1p1.*,
+#     host_cost_2026_12_04_2012.json
+#   at the one-LOP3 commit (fresh machine): stage, then stage, install, OUT=$OUT/r sass;
+#     OUT=$OUT/r NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16 NCU_TIMEOUT=200 ncucold --tiles '[7
+#     tiles]' --ms 8,16 --shapes gate_up,down --reps 2  -> sass_shipped_tiles.*, lop3_ncu_cold.*
+#   (fresh machine): stage, then stage, install, BENCH_TIMEOUT=515 bench --table-rows --ncu
+#     --ncu-timeout 150; regen; then at once rm /tmp/h200res/candidate_table.json;
+#     RECORD_GOLDENS=0 timeout 280 suites (the committed table and goldens: 140 passed)
+#     -> cuda_verify.*, cuda_verify_ncu_{rows,limits}.csv, regen_on_device.log,
+#     candidate_table.json, h200_suites.jsonl, suites.log; here: regen_sm90_table.py on the
+#     JSON into kernels/selection_table.json (draft_o dropped), expected_selections --write
+#   (fresh machine, the regenerated table committed): stage, then stage, install, timeout 330
+#     suites  -> goldens.log, suites/fingerprints.json (one digest added), and the suites cut
+#     by the timeout after 101 of 140: h200_suites_new_table_partial.jsonl
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"
