@@ -105,16 +105,29 @@ POINTS_2026_12_04_BULK_ROWS = {
     "down": [DN, ((32, 8, 2, 0, 0, 128, 1)), ((16, 8, 1, 0, 6), {"bulk": 1}),
              ((16, 4, 2, 0, 4), {"bulk": 1}), ((16, 2, 4, 0, 3), {"bulk": 1})],
 }
-# The next sweep: ``bulk`` = 2, the weights packed so that a block's stage is ONE bulk copy
-# (4-40 KB) instead of one a row, at grids of about one wave, beside the shipped tiles and the
-# second run's best row-copy tile.
-POINTS = {
+# The third bulk run (19:18 UTC, tree bf14742, bench/results/h200/bulk_packed_*): ``bulk`` = 2,
+# the weights packed so that a block's stage is ONE bulk copy (4-40 KB) instead of one a row,
+# at grids of about one wave, beside the shipped tiles and the second run's best row-copy tile.
+POINTS_2026_12_04_BULK_PACKED = {
     "gate_up": [GU, ((16, 2, 5, 0, 3), {"bulk": 1}),
                 ((32, 4, 1, 0, 4), {"bulk": 2}), ((32, 4, 1, 0, 3), {"bulk": 2}),
                 ((32, 2, 1, 0, 4), {"bulk": 2}), ((16, 4, 1, 0, 4), {"bulk": 2}),
                 ((16, 4, 1, 0, 6), {"bulk": 2}), ((16, 2, 5, 0, 2), {"bulk": 2})],
     "down": [DN, ((16, 8, 1, 0, 4), {"bulk": 2}), ((16, 8, 1, 0, 6), {"bulk": 2}),
              ((16, 4, 1, 0, 6), {"bulk": 2}), ((16, 8, 2, 0, 3), {"bulk": 2})],
+}
+# The next sweep, after the one-LOP3 change (2026-12-04 20:10 UTC, docs/KERNELS.md): the
+# shipped tiles; the register tiles ncu timed faster than them after it, at M=16 (gate/up
+# (32, 4, 1, 0, x_early), down (32, 8, 1, 0, x_early)) and at M=8 (gate/up without x_early),
+# bench/results/h200/lop3_ncu_cold.*, which only a sweep's bit-exact check lets into the
+# table; and the cp.async ring again (loads in flight across a step's math without registers:
+# the kernel now waits on its loads in half of its stall samples), last timed before the
+# change (every tile here tiles at M=8 and 16). Run at M=8 and at --point-m 16.
+POINTS = {
+    "gate_up": [GU, (32, 4, 2, 0, 0), (32, 4, 1, 0, 0, 128, 1), (32, 8, 1, 0, 0, 128, 1),
+                (32, 4, 1, 0, 3), (32, 4, 1, 0, 4), (32, 2, 1, 0, 3, 128, 1), (32, 8, 1, 0, 2)],
+    "down": [DN, (32, 8, 1, 0, 0, 128, 1), (32, 8, 2, 0, 0, 128, 1), (32, 4, 2, 0, 0, 128, 1),
+             (16, 8, 1, 0, 3), (16, 8, 1, 0, 4), (32, 8, 1, 0, 2), (32, 4, 1, 0, 4)],
 }
 KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_early",
         "min_blocks", "bulk")
@@ -384,8 +397,8 @@ def main(argv=None) -> int:
                     help="as --smoke, for the bulk pipeline's tiles (a producer warp and mbarriers)")
     ap.add_argument("--no-bulk", action="store_true", help="no bulk pipeline tiles")
     ap.add_argument("--points", default="next",
-                    choices=("next", "2026-12-04-bulk-rows", "2026-12-04-bulk", "2026-12-04",
-                             "2026-12-03"),
+                    choices=("next", "2026-12-04-bulk-packed", "2026-12-04-bulk-rows",
+                             "2026-12-04-bulk", "2026-12-04", "2026-12-03"),
                     help="the tiles to sweep: the next set (default) or an earlier run's")
     ap.add_argument("--chain", action="store_true",
                     help="also time the chosen tiles and stock in a chain of dependent launches "
@@ -401,7 +414,8 @@ def main(argv=None) -> int:
         POINTS.update({"2026-12-03": POINTS_2026_12_03,
                        "2026-12-04": POINTS_2026_12_04,
                        "2026-12-04-bulk": POINTS_2026_12_04_BULK,
-                       "2026-12-04-bulk-rows": POINTS_2026_12_04_BULK_ROWS}[args.points])
+                       "2026-12-04-bulk-rows": POINTS_2026_12_04_BULK_ROWS,
+                       "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED}[args.points])
     if args.smoke or args.smoke_bulk:
         return smoke(BULK_SMOKE if args.smoke_bulk else RING_SMOKE)
     for op, pts in list(POINTS.items()):
