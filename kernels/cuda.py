@@ -8,7 +8,7 @@ MLX's JIT. Nothing here runs without MLX's CUDA backend.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -214,10 +214,10 @@ class Launcher:
 
     ``mx.fast.cuda_kernel`` builds its whole source (header, signature, template constants,
     body) as a string on every call: ~8-10 us of host time a launch on the H200's host. So the
-    kernel is called (``call``) only while ``mx.compile`` traces a weights' ``captured``
-    function; every later launch replays the recorded graph: no template list, no source
-    string, no launch config is built, nothing is cast. ``traces`` counts how often the kernel
-    call really ran, over all weights (tests hold it at one per weights).
+    kernel is called (``call``) only while ``mx.compile`` traces a weights' captured launch
+    (``_captured``) at this shape; every later launch replays the recorded graph: no template
+    list, no source string, no launch config is built, nothing is cast. ``traces`` counts how
+    often the kernel call really ran, over all weights (tests hold it at one per weights).
     """
 
     __slots__ = ("activation", "dtypes", "grid", "header", "kernel", "name", "packing",
@@ -249,19 +249,6 @@ class Launcher:
                            output_shapes=self.shapes, output_dtypes=self.dtypes)
         return y
 
-    def captured(self, w: mx.array, scales: mx.array, biases: mx.array):
-        """The launch on these weights as a compiled function of x alone, the weights constants
-        of its graph: a replay then flattens and checks one input, not four (over stock's op on
-        the H200's hosts: +0.58 against +0.92 us for the shared 4-input function on a fast one,
-        +1.17 against +1.87 on a slow one, bench/results/h200/host_cost.json). The
-        weights must be evaluated: a lazy constant's graph is replayed on every call. Each
-        function object has its own entry in MLX's compile cache, freed with the function, so
-        the constants live as long as the weights' memo. Called with a tracer (inside a
-        caller's ``mx.compile``), MLX runs ``call`` into the caller's graph instead."""
-        def launch_x(x: mx.array) -> mx.array:
-            return self.call(x, w, scales, biases)
-        return mx.compile(launch_x)
-
 
 # (variant, m, k, n, group size, x dtype, sorted params) -> Launcher, shared by all weights.
 _LAUNCHERS: dict[tuple, Launcher] = {}
@@ -288,18 +275,19 @@ def clear_caches() -> None:
 def launch(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
     """One launch of variant ``name``: y (M, N) = x (M, K) @ W^T.
 
-    Per call: one dict lookup in the weights' own memo, keyed by (variant, x's shape), two
+    Per call: one dict lookup in the weights' own memo, keyed by the variant's name, two
     comparisons with the entry's ``params`` and x's dtype (a params dict changed in place, or
     another with other values, misses; the selection table's read-only params are the entry's
     own object, known by identity: ``_kept``), then the replay of the weights' captured launch
-    (``Launcher.captured``). Hashing the params into the key would cost more than
-    comparing them, and a dtype compared costs less than a dtype hashed: ~280 ns of Python a
-    call on the CPU host against ~545 ns with the params hashed, ~340 ns for the list of
-    entries per (variant, shape, dtype) this replaced (dummy launch; timeit). The short key
-    holds the entry last launched, so a runtime that asks one tile and dtype per shape always
-    hits; anything else is ``_miss``'s."""
+    (``_captured``), which serves every M: MLX's compiled call matches x's shape against the
+    shapes it traced, in C++. Keying the memo by x's shape as well cost ~130 of the ~300 ns of
+    Python a launch on this project's CPU host (``x.shape``, the tuple and its hash; stand-in
+    kernel, timeit, in turns with the replay alone), the part of the host cost over stock that
+    scales with the host's Python (~1.0 us on the slow H200 host that put it over 2 us). The short key holds the entry last launched, so a
+    runtime that asks one tile and dtype per weights always hits; anything else is
+    ``_miss``'s."""
     try:
-        p, dtype, fn = qw.kernel_memo[(name, x.shape)]
+        p, dtype, fn = qw.kernel_memo[name]
     except KeyError:
         return _miss(name, x, qw, params)
     if (p is params or p == params) and dtype == x.dtype:
@@ -308,18 +296,20 @@ def launch(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
 
 
 def _miss(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
-    """Other params or dtype at this key, or its first launch. Every entry a weights made
-    stays under its full key (x's dtype and the sorted params added), so going back to earlier
-    params finds it instead of tracing again; the short key then points at it."""
-    full = (name, x.shape, x.dtype, _key(params))
+    """Other params or dtype for this variant, or its first launch. Every entry a weights
+    made stays under its full key (x's dtype and the sorted params added), so going back to
+    earlier params finds it instead of tracing again; the short key then points at it."""
+    full = (name, x.dtype, _key(params))
     entry = qw.kernel_memo.get(full)
     if entry is None:
         lx, w, scales, biases = _operands(name, x, qw, params)
         if not _evaluated(w, scales, biases):  # a caller's traced weights: nothing to keep
             return lx.call(x, w, scales, biases)
-        entry = (_kept(params), x.dtype, lx.captured(w, scales, biases))
+        kept = _kept(params)
+        fn = _captured(name, qw, kept, x.dtype, lx, (w, scales, biases))
+        entry = (kept, x.dtype, fn)
     y = entry[2](x)  # traced before it is kept: a failed trace leaves no entry behind
-    qw.kernel_memo[full] = qw.kernel_memo[(name, x.shape)] = entry
+    qw.kernel_memo[full] = qw.kernel_memo[name] = entry
     return y
 
 
@@ -331,15 +321,47 @@ def _kept(params) -> Mapping:
 
 
 def _operands(name: str, x: mx.array, qw: QWeights, params: dict) -> tuple:
-    """The shape's launcher and the weights as its source reads them: scales and biases in
-    the activation dtype where it needs them (``QWeights.in_dtype``, converted once per
-    weights). A ValueError for an x of another K or a shape that cannot tile, before anything
-    is built or kept."""
-    m, k = x.shape
-    if qw.k != k:
-        raise ValueError(f"{name}: x has K={k}, the weights K={qw.k}")
+    """x's launcher and the weights as its source reads them: scales and biases in the
+    activation dtype where it needs them (``QWeights.in_dtype``, converted once per weights).
+    A ValueError for an x of another K or a shape that cannot tile, before anything is built
+    or kept."""
+    m, k = _rows_and_k(name, x, qw.k)
     lx = launcher(name, m, k, qw.n, qw.group_size, x.dtype, params)
     return (lx, *weights_for(name, qw, lx.scales_dtype, lx.packing))
+
+
+def _rows_and_k(name: str, x: mx.array, k: int) -> tuple[int, int]:
+    if x.ndim != 2:
+        raise ValueError(f"{name}: x must be (M, K), not of shape {tuple(x.shape)}")
+    if x.shape[1] != k:
+        raise ValueError(f"{name}: x has K={x.shape[1]}, the weights K={k}")
+    return x.shape
+
+
+def _captured(name: str, qw: QWeights, params: Mapping, dtype: mx.Dtype, first: Launcher,
+              operands: tuple) -> Callable[[mx.array], mx.array]:
+    """The launch on these weights with x in ``dtype``, as ONE compiled function of x alone
+    for every M, the weights constants of its graph: a replay flattens and checks one input,
+    not four (over stock's op on the H200's hosts: +0.58 against +0.92 us for a shared 4-input
+    function on a fast one, +1.17 against +1.87 on a slow one, host_cost.json), and MLX traces
+    it again for each new shape, where that shape's launcher is picked. The weights must be
+    evaluated: a lazy constant's graph is replayed on every call. The operands depend on the
+    dtype and the tile, not on M (``weights_for``); a launcher that would read them otherwise
+    is refused. Each function object has its own entries in MLX's compile cache, freed with
+    the function, so the constants live as long as the weights' memo. Called with a tracer
+    (inside a caller's ``mx.compile``), MLX runs the body into the caller's graph."""
+    w, scales, biases = operands
+    layout = (first.scales_dtype, first.packing)
+    k, n, group_size = qw.k, qw.n, qw.group_size  # not qw: its memo holds this function
+
+    def launch_x(x: mx.array) -> mx.array:
+        m, _ = _rows_and_k(name, x, k)
+        lx = launcher(name, m, k, n, group_size, dtype, params)
+        if (lx.scales_dtype, lx.packing) != layout:
+            raise ValueError(f"{name}: M={m} reads the weights in another layout than the "
+                             f"launch captured at M={first.shapes[0][0]}")
+        return lx.call(x, w, scales, biases)
+    return mx.compile(launch_x)
 
 
 def weights_for(name: str, qw: QWeights, scales_dtype: mx.Dtype | None,

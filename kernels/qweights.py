@@ -20,8 +20,8 @@ class QWeights:
     # other keys: arrays derived from them (``derived``)
     _as: dict = field(default_factory=dict, init=False, repr=False, compare=False)
     # what a kernel back-end keeps per weights to launch on them without rebuilding anything
-    # (kernels/cuda.py: (variant, x shape[, x dtype, sorted params]) -> (params, x dtype,
-    # the launch as a function of x))
+    # (kernels/cuda.py: variant, or (variant, x dtype, sorted params) -> (params, x dtype, the
+    # launch as a function of x, for every M))
     kernel_memo: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property

@@ -21,6 +21,9 @@ M=8 gate_up and down tiles the selection table ships:
   one object per entry, known to the memo by identity;
 - ``launch_dict``: the same with a plain dict of the same params, compared item by item (what
   every launch paid before the table's params were read-only);
+- ``launch_shape_keyed``: the launch as it was until 2026-12-04 21:30 UTC, its memo keyed by
+  (variant, x's shape) (one captured function per shape), with the same captured function:
+  the Python that keying by shape cost (``x.shape``, the tuple, its hash);
 - ``replay_captured``: that captured function called directly (launch minus its Python lookup);
 - ``replay_shared``: the design before, for the before/after on the same host in the same run:
   the shape's one compiled function of (x, wq, scales, biases), shared by all weights of the
@@ -104,7 +107,20 @@ def shared_launch(lx: cuda.Launcher, x: mx.array, qw: QWeights, params: dict):
 def captured_of(qw: QWeights, x: mx.array):
     """The weights' captured launch as ``cuda.launch`` keeps it (the memo's short key, the
     entry's last field)."""
-    return qw.kernel_memo[("mma_weights_a", x.shape)][-1]
+    return qw.kernel_memo["mma_weights_a"][-1]
+
+
+def shape_keyed(qw: QWeights, x: mx.array):
+    """``cuda.launch`` as it was with its memo keyed by (variant, x's shape), over the same
+    entry: the per-call Python that ``launch_shape_keyed`` times against ``launch``."""
+    memo = {("mma_weights_a", x.shape): qw.kernel_memo["mma_weights_a"]}
+
+    def launch(name, x, params):
+        p, dtype, fn = memo[(name, x.shape)]
+        if (p is params or p == params) and dtype == x.dtype:
+            return fn(x)
+        raise LookupError(f"{name}: no entry for {params}")
+    return launch
 
 
 def main(argv=None) -> int:
@@ -139,6 +155,7 @@ def main(argv=None) -> int:
                              grid=lx.grid, threadgroup=lx.threads, output_shapes=lx.shapes,
                              output_dtypes=lx.dtypes)[0]
         old, cap = shared_launch(lx, x, qw, params), captured_of(qw, x)
+        by_shape = shape_keyed(qw, x)
         shared_same = mx.array_equal(old.launch("mma_weights_a", x, old, params), y).item()
         makes = {
             "stock": lambda i, x=x, qw=qw: mx.quantized_matmul(
@@ -151,6 +168,7 @@ def main(argv=None) -> int:
             "launch": lambda i, x=x, qw=qw, p=frozen: cuda.launch("mma_weights_a", x, qw, p),
             "launch_dict": lambda i, x=x, qw=qw, p=params: cuda.launch("mma_weights_a", x, qw,
                                                                        p),
+            "launch_shape_keyed": lambda i, x=x, p=frozen, f=by_shape: f("mma_weights_a", x, p),
             "replay_captured": lambda i, x=x, f=cap: f(x),
             "replay_shared": lambda i, x=x, qw=qw, f=old.replay: f(x, qw.wq, qw.scales,
                                                                    qw.biases),

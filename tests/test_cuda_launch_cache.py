@@ -116,7 +116,8 @@ def test_each_new_shape_or_weights_costs_one_trace_not_one_per_call(standin):
     assert standin["factory"] == 1  # one kernel object per variant (per header)
     traces = {key[1]: lx.traces for key, lx in cuda._LAUNCHERS.items()}
     assert traces == {4: 2, 8: 2, 16: 2}  # one Launcher per M; one trace per weights
-    assert len(_entries(qa)) == len(_entries(qb)) == 3
+    # one captured launch per weights serves every M (MLX matches the shape, in C++)
+    assert len(_entries(qa)) == len(_entries(qb)) == 1
     bounded = {**PARAMS, "min_blocks": 2}  # launch bounds: another header, another kernel
     for m in (4, 8):
         mx.eval(cuda.launch(NAME, _x(m), qa, bounded))
@@ -192,18 +193,18 @@ def test_the_tables_read_only_params_are_kept_as_they_are_and_a_dict_is_copied(s
     frozen = MappingProxyType(dict(PARAMS))
     qw, x = _weights(), _x()
     mx.eval(cuda.launch(NAME, x, qw, frozen))
-    assert qw.kernel_memo[(NAME, x.shape)][0] is frozen
+    assert qw.kernel_memo[NAME][0] is frozen
     mx.eval(cuda.launch(NAME, x, qw, dict(PARAMS)))  # equal: served the same entry
     plain = dict(PARAMS)
     qw2 = _weights(seed=5)
     mx.eval(cuda.launch(NAME, x, qw2, plain))
-    kept = qw2.kernel_memo[(NAME, x.shape)][0]
+    kept = qw2.kernel_memo[NAME][0]
     assert kept == plain and kept is not plain
     assert [lx.traces for lx in cuda._LAUNCHERS.values()] == [2]  # one per weights
 
 
 def test_another_dtype_at_the_same_shape_is_not_served_the_first_dtypes_launch(standin):
-    """The memo's short key holds x's shape, not its dtype: the entry's dtype is compared."""
+    """The memo's short key holds the variant, not x's dtype: the entry's dtype is compared."""
     qw, first = _weights(), {}
     for _ in range(3):
         for dtype in (mx.bfloat16, mx.float16):
@@ -304,3 +305,40 @@ def test_real_cuda_launch_builds_once_and_casts_nothing(monkeypatch):
     assert all(mx.array_equal(y, y0).item() for y in outs[:3])
     monkeypatch.undo()
     cuda.clear_caches()
+
+
+def test_one_captured_launch_serves_every_m_and_refuses_another_k(standin):
+    """The weights' captured launch is one compiled function for every M (MLX traces it again
+    for a new shape and picks that shape's launcher there): each M computes what a launch made
+    fresh for it computes, and an x of another K, which now reaches the captured function
+    itself, is refused with the same message, leaving the entry as it was."""
+    qw = _weights()
+    got = {m: cuda.launch(NAME, _x(m, seed=m), qw, PARAMS) for m in (8, 1, 16, 8)}
+    for m, y in got.items():
+        cuda.clear_caches()
+        fresh = _weights()  # the same weights (same seed), nothing kept yet
+        assert y.shape == (m, N) and mx.array_equal(y, cuda.launch(NAME, _x(m, seed=m), fresh,
+                                                                   PARAMS)).item()
+    (entry,) = _entries(qw)
+    with pytest.raises(ValueError, match="x has K=256, the weights K=512"):
+        mx.eval(cuda.launch(NAME, mx.zeros((8, 256), mx.bfloat16), qw, PARAMS))
+    with pytest.raises(ValueError, match=r"x must be \(M, K\)"):
+        mx.eval(cuda.launch(NAME, mx.zeros((2, 8, K), mx.bfloat16), qw, PARAMS))
+    assert _entries(qw) == [entry]
+    assert mx.array_equal(cuda.launch(NAME, _x(16, seed=16), qw, PARAMS), got[16]).item()
+
+
+def test_the_captured_launch_does_not_keep_its_weights_alive(standin):
+    """The weights' memo holds the captured launch, so the launch must not hold the weights
+    object: a cycle would keep the weights (and their GPU memory) until a collection runs."""
+    import gc
+    import weakref
+    qw = _weights()
+    mx.eval(cuda.launch(NAME, _x(), qw, PARAMS))
+    ref = weakref.ref(qw)
+    gc.disable()
+    try:
+        del qw
+        assert ref() is None
+    finally:
+        gc.enable()
