@@ -65,8 +65,6 @@ CUDA_SOURCE = r"""
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[mt][c][r] = 0.f;
 
-  // The lane's activations of one K step (row g, + 8; zeros past M) from global memory (read by
-  // every warp: L1/L2 hits).
   // Lane bases: the lane's first row (g) and K offset; other rows and steps are offsets from
   // them, so a step's addresses are one add and immediates (indexing from the row each time
   // cost ~35 integer instructions a K step: 64-bit products and sign extensions per row).
@@ -74,6 +72,8 @@ CUDA_SOURCE = r"""
   const uint32_t* w_lane = w32 + (n_base + g) * WORDS + 4 * t;
   const uint16_t* s_lane = s16 + (n_base + g) * ROW_GROUPS;
   const uint16_t* b_lane = b16 + (n_base + g) * ROW_GROUPS;
+  // The lane's activations of one K step (row g, + 8; zeros past M) from global memory (read by
+  // every warp: L1/L2 hits).
   auto load_x = [&](uint4 (&xa)[M_TILES][4], int step) {
 #pragma unroll
     for (int mt = 0; mt < M_TILES; ++mt) {
@@ -383,8 +383,9 @@ __device__ __forceinline__ uint32_t dflash2_dequant_pair(uint32_t bits, uint32_t
                                                          uint32_t bias2) {
   constexpr uint32_t MAGIC = BF16 ? 0x43004300u : 0x64006400u;
   // (bits & mask) | MAGIC as ONE lop3: written as an AND and an OR of two immediates, ptxas
-  // emits two LOP3s (a LOP3 takes one immediate), a quarter of the dequantization's issue
-  // slots (ncu's SASS of the shipped kernel, 2026-12-05); here MAGIC is a register operand.
+  // emits two LOP3s (a LOP3 takes one immediate), a fifth of the dequantization's issue slots
+  // (ncu's SASS of the kernel, 2026-12-04, bench/results/h200/sass_*); here MAGIC is a
+  // register operand.
   uint32_t v, magic = MAGIC, out;
   asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(v) : "r"(bits), "n"(0x000F000F), "r"(magic));
   if constexpr (BF16) {
