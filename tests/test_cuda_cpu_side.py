@@ -349,8 +349,8 @@ def test_bulk_pipeline_compiles_for_sm90_without_spills(m):
 @pytest.mark.parametrize("dtype,magic", [("bfloat16", 0x43004300), ("float16", 0x64006400)])
 def test_a_nibble_pair_is_dequantized_with_one_lop3(dtype, magic):
     """(bits & mask) | MAGIC written as C is an AND and an OR of two immediates, which ptxas
-    emits as two LOP3s (one LOP3 takes one immediate): a fifth of the kernel's instructions
-    on the H200 (bench/results/h200/sass_*.md). The source asks for one lop3 with MAGIC in a
+    emits as two LOP3s (one LOP3 takes one immediate): 15% of the instructions the kernel
+    executed on the H200, as many as its HADD2s (bench/results/h200/sass_*.md). The source asks for one lop3 with MAGIC in a
     register: one a pair (64 pairs a K step of 32 columns), and no OR of the magic left."""
     cfg = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, dtype,
                              {"n_tile": 32, "k_groups": 4, "unroll": 2, "x_early": 1})

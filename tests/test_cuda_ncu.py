@@ -227,13 +227,11 @@ def test_the_sass_summaries_are_what_ncus_source_pages_say():
     did: before it, two LOP3s a nibble pair (134 against 64 HADD2s, one a pair); after it,
     one (139 against 128: the rest are the kernel's other logic)."""
     import sass_stalls as ss
+    static = {}
     for name in ("sass_before_lop3_k1u1p1", "sass_shipped_tiles"):
         kernels = ss.parse(ss.read(str(H200 / f"{name}.csv.gz")))
         assert ss.summarize(kernels) == (H200 / f"{name}.md").read_text()
-    static = {}
-    for name in ("sass_before_lop3_k1u1p1", "sass_shipped_tiles"):
-        k = ss.parse(ss.read(str(H200 / f"{name}.csv.gz")))[0]  # gate/up bf16 M=8
-        ops = collections.Counter(ss.opcode(r["Source"]) for r in k.rows)
+        ops = collections.Counter(ss.opcode(r["Source"]) for r in kernels[0].rows)  # gate/up M=8
         static[name] = (ops["LOP3"], ops["HADD2"])
     assert static == {"sass_before_lop3_k1u1p1": (134, 64), "sass_shipped_tiles": (139, 128)}
     assert ss.opcode("@P0 BRA 0x7f77097b4e40") == "BRA" and ss.opcode("") == ""
