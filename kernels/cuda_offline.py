@@ -58,37 +58,35 @@ def compile_launch(name: str, cfg) -> PtxasReport:
     return compile_sm90(name, cfg.activation, cfg.template, cuda.kernel_header(name, cfg))
 
 
-def ptx_sm90(name: str, dtype: str, constants: dict, header: str | None = None) -> str:
-    """The PTX nvcc makes of the translation unit for sm_90a: what a test can read
-    instruction by instruction without a disassembler (none ships with nvcc here)."""
-    exe = nvcc()
-    if exe is None:
-        raise RuntimeError("nvcc is not on PATH")
-    with tempfile.TemporaryDirectory() as tmp:
-        src, out = Path(tmp) / "k.cu", Path(tmp) / "k.ptx"
-        src.write_text(translation_unit(name, dtype, constants, header))
-        r = subprocess.run([exe, "-arch=sm_90a", "-ptx", "-O3", str(src), "-o", str(out)],
-                           capture_output=True, text=True, timeout=300, check=False)
-        if r.returncode != 0:
-            raise RuntimeError(f"{name} {dtype} {constants}: nvcc failed\n{r.stderr[-2000:]}")
-        return out.read_text()
-
-
-def compile_sm90(name: str, dtype: str, constants: dict, header: str | None = None) -> PtxasReport:
-    """nvcc -arch=sm_90a -cubin (MLX's JIT asks NVRTC for sm_90a on an H200); RuntimeError with
+def _nvcc_sm90(name: str, dtype: str, constants: dict, header: str | None,
+               *flags: str) -> tuple[str, str]:
+    """(nvcc's messages, the output file's text or "" for a binary) of the translation unit
+    for sm_90a, ``flags`` choosing the output (``-ptx`` or ``-cubin``); RuntimeError with
     nvcc's output when it does not compile."""
     exe = nvcc()
     if exe is None:
         raise RuntimeError("nvcc is not on PATH")
     with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "k.cu"
+        src, out = Path(tmp) / "k.cu", Path(tmp) / "k.out"
         src.write_text(translation_unit(name, dtype, constants, header))
-        r = subprocess.run([exe, "-arch=sm_90a", "-cubin", "-O3", "--ptxas-options=-v",
-                            str(src), "-o", str(Path(tmp) / "k.cubin")],
+        r = subprocess.run([exe, "-arch=sm_90a", "-O3", *flags, str(src), "-o", str(out)],
                            capture_output=True, text=True, timeout=300, check=False)
-    out = r.stdout + r.stderr
-    if r.returncode != 0:
-        raise RuntimeError(f"{name} {dtype} {constants}: nvcc failed\n{out[-2000:]}")
+        msgs = r.stdout + r.stderr
+        if r.returncode != 0:
+            raise RuntimeError(f"{name} {dtype} {constants}: nvcc failed\n{msgs[-2000:]}")
+        return msgs, out.read_text() if "-ptx" in flags else ""
+
+
+def ptx_sm90(name: str, dtype: str, constants: dict, header: str | None = None) -> str:
+    """The PTX nvcc makes of the translation unit for sm_90a: what a test can read
+    instruction by instruction without a disassembler (none ships with nvcc here)."""
+    return _nvcc_sm90(name, dtype, constants, header, "-ptx")[1]
+
+
+def compile_sm90(name: str, dtype: str, constants: dict, header: str | None = None) -> PtxasReport:
+    """nvcc -arch=sm_90a -cubin (MLX's JIT asks NVRTC for sm_90a on an H200); RuntimeError with
+    nvcc's output when it does not compile."""
+    out, _ = _nvcc_sm90(name, dtype, constants, header, "-cubin", "--ptxas-options=-v")
     regs = re.search(r"Used (\d+) registers", out)
     spill = re.search(r"(\d+) bytes spill stores", out)
     smem = re.search(r"(\d+) bytes smem", out)
