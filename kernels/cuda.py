@@ -280,10 +280,10 @@ def launch(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
     another with other values, misses; the selection table's read-only params are the entry's
     own object, known by identity: ``_kept``), then the replay of the weights' captured launch
     (``_captured``), which serves every M: MLX's compiled call matches x's shape against the
-    shapes it traced, in C++. Keying the memo by x's shape as well cost ~130 of the ~300 ns of
-    Python a launch on this project's CPU host (``x.shape``, the tuple and its hash; stand-in
-    kernel, timeit, in turns with the replay alone), the part of the host cost over stock that
-    scales with the host's Python (~1.0 us on the slow H200 host that put it over 2 us). The short key holds the entry last launched, so a
+    shapes it traced, in C++. Keying the memo by x's shape as well cost 28-39% of a launch's
+    Python on this project's CPU host (``x.shape``, the tuple and its hash: ~90-140 of ~320-
+    360 ns over the replay, bench/launch_python_cost.py), the part of the host cost over stock
+    that scales with the host's Python (~1.0 us on the slow H200 host that put it over 2 us). The short key holds the entry last launched, so a
     runtime that asks one tile and dtype per weights always hits; anything else is
     ``_miss``'s."""
     try:

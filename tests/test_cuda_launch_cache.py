@@ -342,3 +342,22 @@ def test_the_captured_launch_does_not_keep_its_weights_alive(standin):
         assert ref() is None
     finally:
         gc.enable()
+
+
+def test_the_launch_python_bench_runs_and_its_committed_table_is_its_json():
+    """bench/launch_python_cost.py (the launch's Python over its replay, where no GPU is):
+    it runs with the real launch and memo, leaves no stand-in kernel behind, and its committed
+    table is what its committed JSON renders. Its times are not asserted (a shared host)."""
+    import json
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "bench"))
+    import launch_python_cost as lpc
+    real = mx.fast.cuda_kernel
+    res = lpc.measure(reps=1, n=20)
+    assert set(res["paths"]) == {"replay", "launch", "launch_shape_keyed", "stock"}
+    assert mx.fast.cuda_kernel is real and not cuda._LAUNCHERS
+    out = root / "bench" / "results" / "launch_python_cost"
+    committed = json.loads(out.with_suffix(".json").read_text())
+    assert lpc.render(committed) == out.with_suffix(".md").read_text()
