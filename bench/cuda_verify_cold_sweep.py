@@ -116,17 +116,17 @@ POINTS_2026_12_04_BULK_PACKED = {
     "down": [DN, ((16, 8, 1, 0, 4), {"bulk": 2}), ((16, 8, 1, 0, 6), {"bulk": 2}),
              ((16, 4, 1, 0, 6), {"bulk": 2}), ((16, 8, 2, 0, 3), {"bulk": 2})],
 }
-# The next sweep, after the one-LOP3 change (2026-12-04 20:10 UTC, docs/KERNELS.md): the
-# shipped tiles; the register tiles ncu timed faster than them after it, at M=16 (gate/up
-# (32, 4, 1, 0, x_early), down (32, 8, 1, 0, x_early)) and at M=8 (gate/up without x_early),
-# bench/results/h200/lop3_ncu_cold.*, which only a sweep's bit-exact check lets into the
-# table; and the cp.async ring again (loads in flight across a step's math without registers:
-# the kernel now waits on its loads in half of its stall samples), last timed before the
-# change; the next step's weights prefetched at unroll 1 (fewer registers than a prefetched
-# batch); 64 columns a warp at unroll 1 (half the activation loads a weight: 89 MB of them
-# from L2 at M=16 with 32); and the packed bulk pipeline, whose computing warps never wait on the weights and
-# which tied the register pipeline before the change made their math shorter. Every tile
-# here tiles at M=8 and 16. Run at M=8 and at --point-m 16.
+# The next sweep, after the one-LOP3 change (2026-12-04 20:10 UTC, docs/KERNELS.md): the shipped
+# tiles; the register tiles ncu timed faster than them after it, at M=16 (gate/up (32, 4, 1, 0,
+# x_early), down (32, 8, 1, 0, x_early)) and at M=8 (gate/up without x_early),
+# bench/results/h200/lop3_ncu_cold.*, which only a sweep's bit-exact check lets into the table;
+# and the cp.async ring again (loads in flight across a step's math without registers: the kernel
+# now waits on its loads in half of its stall samples), last timed before the change; the next
+# step's weights prefetched at unroll 1 (fewer registers than a prefetched batch); 64 columns a
+# warp at unroll 1 (half the activation loads a weight: 89 MB of them from L2 at M=16 with 32);
+# and the packed bulk pipeline, whose computing warps never wait on the weights and which tied the
+# register pipeline before the change made their math shorter. Every tile here tiles at M=8 and
+# 16. Run at M=8 and at --point-m 16.
 POINTS = {
     "gate_up": [GU, (32, 4, 2, 0, 0), (32, 4, 1, 0, 0, 128, 1), (32, 8, 1, 0, 0, 128, 1),
                 (32, 4, 1, 1, 0, 128, 1), (64, 4, 1, 0, 0, 128, 1),

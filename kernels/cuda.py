@@ -281,11 +281,11 @@ def launch(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
     own object, known by identity: ``_kept``), then the replay of the weights' captured launch
     (``_captured``), which serves every M: MLX's compiled call matches x's shape against the
     shapes it traced, in C++. Keying the memo by x's shape as well cost 28-39% of a launch's
-    Python on this project's CPU host (``x.shape``, the tuple and its hash: ~90-140 of ~320-
-    360 ns over the replay, bench/launch_python_cost.py), the part of the host cost over stock
-    that scales with the host's Python (~1.0 us on the slow H200 host that put it over 2 us). The short key holds the entry last launched, so a
-    runtime that asks one tile and dtype per weights always hits; anything else is
-    ``_miss``'s."""
+    Python on this project's CPU host (``x.shape``, the tuple and its hash: ~90-140 of ~320-360
+    ns over the replay, bench/launch_python_cost.py), the part of the host cost over stock that
+    scales with the host's Python (~1.0 us on the slow H200 host that put it over 2 us). The
+    short key holds the entry last launched, so a runtime that asks one tile and dtype per
+    weights always hits; anything else is ``_miss``'s."""
     try:
         p, dtype, fn = qw.kernel_memo[name]
     except KeyError:

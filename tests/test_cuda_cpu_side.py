@@ -350,8 +350,9 @@ def test_bulk_pipeline_compiles_for_sm90_without_spills(m):
 def test_a_nibble_pair_is_dequantized_with_one_lop3(dtype, magic):
     """(bits & mask) | MAGIC written as C is an AND and an OR of two immediates, which ptxas
     emits as two LOP3s (one LOP3 takes one immediate): 15% of the instructions the kernel
-    executed on the H200, as many as its HADD2s (bench/results/h200/sass_*.md). The source asks for one lop3 with MAGIC in a
-    register: one a pair (64 pairs a K step of 32 columns), and no OR of the magic left."""
+    executed on the H200, as many as its HADD2s (bench/results/h200/sass_*.md). The source asks
+    for one lop3 with MAGIC in a register: one a pair (64 pairs a K step of 32 columns), and no
+    OR of the magic left."""
     cfg = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, dtype,
                              {"n_tile": 32, "k_groups": 4, "unroll": 2, "x_early": 1})
     ptx = cuda_offline.ptx_sm90("mma_weights_a", dtype, cfg.template,
