@@ -76,6 +76,9 @@ def upgrade(read_engine: Engine, write_engine: Engine, where: str) -> None:
         )
     from alembic import command
 
-    with write_engine.connect() as conn:
+    # The transaction is begun here, not by Alembic: on SQLite Alembic would run each script in
+    # its own transaction (the dialect is not marked transactional-DDL) after reading the heads
+    # outside them, so two first opens could both plan the same scripts. Handed an open
+    # transaction, Alembic reads the heads and runs every script inside it, under the writer lock.
+    with write_engine.begin() as conn:
         command.upgrade(alembic_config(conn), "head")
-        conn.commit()

@@ -10,12 +10,13 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from db_fixtures import backends, fresh_db, record, result, seed_old_job
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import create_engine, event, inspect, text
 
 from db import open_history
+from db.engine import make_engine
 from db.errors import FarmError
 from db.location import default_path, resolve
-from db.migrate import HEAD, known_revisions
+from db.migrate import HEAD, known_revisions, upgrade
 from db.models import Base
 
 TABLES = {"runs", "devices", "jobs", "results", "baselines", "alembic_version"}
@@ -36,6 +37,26 @@ def test_migrations_from_empty_create_every_table_at_head(kind, tmp_path):
         assert compare_metadata(MigrationContext.configure(c), Base.metadata) == []
     h.close()
     open_history(target).close()  # a second open at head is a no-op
+
+
+@pytest.mark.parametrize("kind", backends())
+def test_a_first_open_runs_every_script_in_one_transaction(kind, tmp_path):
+    """Concurrent first opens migrate once only if the heads are read in the same transaction,
+    under the writer lock, as every script runs: Alembic alone gives SQLite one transaction per
+    script, and a second opener then re-ran 0004 ("duplicate column name: node", CI at stop 22)."""
+    loc = resolve(fresh_db(kind, tmp_path))
+    if loc.is_sqlite:
+        loc.path.touch()
+    read, write = make_engine(loc, "read"), make_engine(loc, "write")
+    seen: list[str] = []
+    for name in ("begin", "commit", "rollback"):
+        event.listen(write, name, lambda _c, name=name: seen.append(name))
+    upgrade(read, write, loc.describe())
+    assert seen == ["begin", "commit"]
+    with read.connect() as c:
+        assert MigrationContext.configure(c).get_current_revision() == HEAD
+    read.dispose()
+    write.dispose()
 
 
 @pytest.mark.parametrize("kind", backends())

@@ -1,7 +1,9 @@
 """Alembic environment: runs on the connection `db.migrate` hands over, never on an ini file.
 
-On PostgreSQL a transaction-scoped advisory lock serialises concurrent first opens; on SQLite the
-engine begins every transaction with BEGIN IMMEDIATE, which does the same.
+The connection arrives inside `db.migrate`'s transaction, so every script and the read of the
+stamped heads share it. On PostgreSQL a transaction-scoped advisory lock serialises concurrent
+first opens; on SQLite the engine begins every transaction with BEGIN IMMEDIATE, which does the
+same.
 """
 
 from __future__ import annotations
