@@ -89,6 +89,11 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     want = int(p["unroll"])
     stages, x_early = int(p.get("stages", 0)), int(p.get("x_early", 0))
     min_blocks, bulk = int(p.get("min_blocks", 0)), int(p.get("bulk", 0))
+    hi_in_place = int(p.get("hi_in_place", 0))
+    if hi_in_place and dtype != "float16":
+        raise tiling.TilingError(
+            f"{name}: hi_in_place is for float16 only, not {dtype} (bf16's 7-bit mantissa "
+            f"holds a nibble at bits 0-3 only)")
     # the register batch holds UNROLL steps in registers; a bulk stage holds them in shared
     # memory and reads one step at a time, so there any divisor of the group's steps will do
     unroll = next(u for u in (range(want, 0, -1) if bulk else (4, 2, 1))
@@ -96,7 +101,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     template = {"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups, "UNROLL": unroll,
                 "PREFETCH": bool(int(p["prefetch"])), "STAGES": stages,
                 "L2_PREFETCH": int(p.get("l2_prefetch", 128)), "X_EARLY": bool(x_early),
-                "BULK": bool(bulk), "PACKED": bulk == 2, "K": k, "N": n, "GS": group_size,
+                "HI_IN_PLACE": bool(hi_in_place), "BULK": bool(bulk), "PACKED": bulk == 2, "K": k, "N": n, "GS": group_size,
                 "IS_BF16": dtype == "bfloat16"}
     if bulk:
         return _bulk_config(name, m, k, n, group_size, dtype, template, min_blocks)

@@ -59,10 +59,10 @@ def compile_launch(name: str, cfg) -> PtxasReport:
 
 
 def _nvcc_sm90(name: str, dtype: str, constants: dict, header: str | None,
-               *flags: str) -> tuple[str, str]:
-    """(nvcc's messages, the output file's text or "" for a binary) of the translation unit
-    for sm_90a, ``flags`` choosing the output (``-ptx`` or ``-cubin``); RuntimeError with
-    nvcc's output when it does not compile."""
+               *flags: str) -> tuple[str, bytes]:
+    """(nvcc's messages, the output file's bytes) of the translation unit for sm_90a, ``flags``
+    choosing the output (``-ptx`` or ``-cubin``); RuntimeError with nvcc's output when it does
+    not compile."""
     exe = nvcc()
     if exe is None:
         raise RuntimeError("nvcc is not on PATH")
@@ -74,13 +74,76 @@ def _nvcc_sm90(name: str, dtype: str, constants: dict, header: str | None,
         msgs = r.stdout + r.stderr
         if r.returncode != 0:
             raise RuntimeError(f"{name} {dtype} {constants}: nvcc failed\n{msgs[-2000:]}")
-        return msgs, out.read_text() if "-ptx" in flags else ""
+        return msgs, out.read_bytes()
 
 
 def ptx_sm90(name: str, dtype: str, constants: dict, header: str | None = None) -> str:
-    """The PTX nvcc makes of the translation unit for sm_90a: what a test can read
-    instruction by instruction without a disassembler (none ships with nvcc here)."""
-    return _nvcc_sm90(name, dtype, constants, header, "-ptx")[1]
+    """The PTX nvcc makes of the translation unit for sm_90a. PTX is not what runs: ptxas
+    turned its one ``and`` and one ``or`` into two LOP3s (``sass_sm90`` shows what runs)."""
+    return _nvcc_sm90(name, dtype, constants, header, "-ptx")[1].decode()
+
+
+def nvdisasm() -> str | None:
+    """nvdisasm from PATH, else from the ``nvidia-cuda-nvdisasm`` wheel (the test extra on
+    Linux x86-64: nvcc's toolkit here ships without it)."""
+    if exe := shutil.which("nvdisasm"):
+        return exe
+    try:
+        import nvidia
+    except ImportError:
+        return None
+    for root in nvidia.__path__:
+        for exe in sorted(Path(root).glob("cu*/bin/nvdisasm"), reverse=True):
+            return str(exe)
+    return None
+
+
+def sass_sm90(name: str, dtype: str, constants: dict, header: str | None = None) -> list[str]:
+    """The machine code of the translation unit for sm_90a, one instruction a line
+    (``[@P0] OPCODE.MODIFIERS operands``) and labels as ``.L_name:``, from nvdisasm on the
+    cubin ``compile_sm90`` builds: what a warp issues, which the PTX does not always show."""
+    exe = nvdisasm()
+    if exe is None:
+        raise RuntimeError("nvdisasm is not on PATH (pip install nvidia-cuda-nvdisasm)")
+    _, cubin = _nvcc_sm90(name, dtype, constants, header, "-cubin")
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp) / "k.cubin"
+        f.write_bytes(cubin)
+        text = subprocess.run([exe, "-c", str(f)], capture_output=True, text=True,
+                              timeout=120, check=True).stdout
+    out = []
+    for line in text.splitlines():
+        if m := _SASS_LINE.match(line):
+            out.append(m[1].strip())
+        elif m := _SASS_LABEL.match(line):
+            out.append(m[1])
+    return out
+
+
+_SASS_LINE = re.compile(r"\s*/\*[0-9a-f]{4,}\*/\s+([^;]*);")
+_SASS_LABEL = re.compile(r"^(\.L\w+:)")
+
+
+def sass_opcode(instruction: str) -> str:
+    """``@!P0 BRA `(.L_x_1)`` -> BRA; ``LOP3.LUT R1, ...`` -> LOP3."""
+    words = instruction.split()
+    op = words[1] if words[0].startswith("@") else words[0]
+    return op.split(".")[0]
+
+
+def hot_loop(sass: list[str]) -> list[str]:
+    """The instructions of the longest loop: from a label to the last branch back to it.
+    The K loop of a kernel is its longest; everything else runs once a thread."""
+    labels = {line[:-1]: i for i, line in enumerate(sass) if line.endswith(":")}
+    best: list[str] = []
+    for i, line in enumerate(sass):
+        if line.endswith(":") or sass_opcode(line) != "BRA":
+            continue
+        target = re.search(r"`\((\.L\w+)\)", line)
+        start = labels.get(target[1]) if target else None
+        if start is not None and start < i and i - start > len(best):
+            best = [x for x in sass[start:i + 1] if not x.endswith(":")]
+    return best
 
 
 def compile_sm90(name: str, dtype: str, constants: dict, header: str | None = None) -> PtxasReport:

@@ -1,6 +1,7 @@
 """The CPU side of the CUDA device: selection, identity matching, launch validation, and the
 H200's real result file going into the history as a real (not emulated) device."""
 
+import collections
 import json
 import os
 import re
@@ -345,18 +346,80 @@ def test_bulk_pipeline_compiles_for_sm90_without_spills(m):
         assert rep.registers > 0 and rep.spill_bytes == 0, (bulk, rep)
 
 
-@pytest.mark.skipif(cuda_offline.nvcc() is None, reason="nvcc is not on PATH")
-@pytest.mark.parametrize("dtype,magic", [("bfloat16", 0x43004300), ("float16", 0x64006400)])
-def test_a_nibble_pair_is_dequantized_with_one_lop3(dtype, magic):
-    """(bits & mask) | MAGIC written as C is an AND and an OR of two immediates, which ptxas
-    emits as two LOP3s (one LOP3 takes one immediate): 15% of the instructions the kernel
-    executed on the H200, as many as its HADD2s (bench/results/h200/sass_*.md). The source asks
-    for one lop3 with MAGIC in a register: one a pair (64 pairs a K step of 32 columns), and no
-    OR of the magic left."""
-    cfg = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, dtype,
-                             {"n_tile": 32, "k_groups": 4, "unroll": 2, "x_early": 1})
-    ptx = cuda_offline.ptx_sm90("mma_weights_a", dtype, cfg.template,
-                                cuda.kernel_header("mma_weights_a", cfg))
-    lop3 = re.findall(r"lop3\.b32\s+%r\d+, %r\d+, 983055, %r\d+, 0xea;", ptx)
-    assert len(lop3) == 2 * 64  # the batch's two K steps, unrolled
-    assert not re.search(rf"\bor\.b32\s+%r\d+, %r\d+, {magic};", ptx)
+SHIPPED_GATE_UP = {"n_tile": 32, "k_groups": 4, "unroll": 2, "x_early": 1}
+
+
+def _hot_loop_ops(dtype: str, params: dict) -> collections.Counter:
+    """(opcode, third operand, fifth operand) of every instruction in the K loop of
+    gate/up at M=8, as nvdisasm reads the cubin nvcc builds for sm_90a."""
+    cfg = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, dtype, params)
+    sass = cuda_offline.sass_sm90("mma_weights_a", dtype, cfg.template,
+                                  cuda.kernel_header("mma_weights_a", cfg))
+    ops = collections.Counter()
+    for ins in cuda_offline.hot_loop(sass):
+        words = ins.split()
+        op = words[1] if words[0].startswith("@") else words[0]
+        args = [a.strip() for a in ins.split(",")]
+        ops[(op, args[2] if len(args) > 2 else "", args[4] if len(args) > 4 else "")] += 1
+    return ops
+
+
+needs_sass = pytest.mark.skipif(cuda_offline.nvcc() is None or cuda_offline.nvdisasm() is None,
+                                reason="nvcc or nvdisasm is not on PATH")
+
+
+@needs_sass
+@pytest.mark.parametrize("dtype,extra", [("bfloat16", {}), ("float16", {}),
+                                         ("float16", {"hi_in_place": 1})])
+def test_a_nibble_pair_is_dequantized_in_the_instructions_the_source_asks_for(dtype, extra):
+    """Read in the machine code, not the PTX: (bits & mask) | MAGIC written as C was an AND and
+    an OR of two immediates in the PTX, which ptxas emitted as two LOP3s (a LOP3 takes one
+    immediate): 15% of the instructions the kernel executed on the H200 (bench/results/h200/
+    sass_*.md). A batch of gate/up's shipped tile is 2 K steps x 2 column tiles x 2 rows x 4
+    words x 4 nibble pairs = 128 pairs; each is one LOP3 (mask, MAGIC in a register), one HADD2
+    (minus the magic) and one HFMA2, after a shift for three pairs of four; with
+    ``hi_in_place`` (fp16) one of four."""
+    ops = _hot_loop_ops(dtype, {**SHIPPED_GATE_UP, **extra})
+    pairs = 128
+    masks = ("0xf000f", "0xf000f0") if extra else ("0xf000f",)
+    # mask and OR with MAGIC in one: LUT 0xea = (a & b) | c, c a register
+    assert sum(ops[("LOP3.LUT", m, "0xea")] for m in masks) == pairs
+    lop3 = sum(n for (op, *_), n in ops.items() if op == "LOP3.LUT")
+    assert lop3 - pairs <= 8  # the rest: a few lane indices ptxas recomputes in the loop
+    magics = ("-128",) if dtype == "bfloat16" else ("-1024", "-64") if extra else ("-1024",)
+    hadd = "HADD2.BF16_V2" if dtype == "bfloat16" else "HADD2"
+    assert sum(ops[(hadd, m, "")] for m in magics) == pairs
+    assert sum(n for (op, *_), n in ops.items() if op.startswith("HFMA2")) == pairs
+    shifts = {a: ops[("SHF.R.U32.HI", a, "")] for a in ("0x4", "0x8", "0xc")}
+    if extra:
+        assert shifts == {"0x4": 0, "0x8": pairs // 4, "0xc": 0}
+    else:
+        assert shifts == dict.fromkeys(("0x4", "0x8", "0xc"), pairs // 4)
+    assert sum(n for (op, *_), n in ops.items() if op.startswith("HMMA")) == 32
+
+
+def test_a_nibble_at_bits_4_to_7_in_the_mantissa_of_64_is_64_plus_q_in_fp16():
+    """``hi_in_place``'s arithmetic, every byte pair: (word & 0x00F000F0) | 0x54005400 read as
+    two fp16 values is 64 + the high nibble of each half's low byte, exactly (64's last place
+    is 1/16, so bits 4-7 count units), and minus 64 it is the q the shifted form gives: so the
+    FMA after it sees the same operand and the kernel's output cannot change."""
+    src = VARIANTS["mma_weights_a"].CUDA_HEADER
+    magic = int(re.search(r"HIGH \? (0x[0-9A-Fa-f]+)u", src)[1], 16)
+    mask = int(re.search(r'"n"\(HIGH \? (0x[0-9A-Fa-f]+) :', src)[1], 16)
+    assert (magic, mask) == (0x54005400, 0x00F000F0)  # read from the source the kernel runs
+    lo = np.arange(1 << 16, dtype=np.uint32)
+    words = lo | (lo[::-1] << 16)  # every low half, beside a high half that differs
+    for shift in (0, 8):  # nibbles 1 and 5 in place, then 3 and 7 after one shift by 8
+        w = words >> shift
+        halves = ((w & mask) | magic).astype("<u4").view(np.float16).reshape(-1, 2)
+        q = np.stack([(w >> 4) & 0xF, (w >> 20) & 0xF], axis=1)
+        assert np.array_equal(halves - np.float16(64), q.astype(np.float16))
+        shifted = (((w >> 4) & 0x000F000F) | 0x64006400).astype("<u4").view(np.float16)
+        assert np.array_equal(shifted.reshape(-1, 2) - np.float16(1024), q.astype(np.float16))
+
+
+def test_hi_in_place_is_refused_for_bf16_with_one_line():
+    with pytest.raises(ValueError, match="float16 only, not bfloat16") as e:
+        cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "bfloat16",
+                           {**SHIPPED_GATE_UP, "hi_in_place": 1})
+    assert "\n" not in str(e.value)

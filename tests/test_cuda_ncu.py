@@ -23,6 +23,7 @@ import cuda_verify_ncu as cvn
 import regen_sm90_table as regen
 from cuda_verify_report import ncu_chain_lines
 
+from kernels import cuda_offline
 from kernels.variants.mma_weights_a import DEFAULTS
 
 # The first ncu run (2026-12-03 18:38 UTC): bf16 at M=8, per shape stock, the shipped tile and the
@@ -192,6 +193,42 @@ def test_the_sweep_and_the_ncu_run_drop_the_same_points():
     assert cs.selected(pts, no_ring=True) == [bulk, plain]
     assert cs.selected(pts, no_bulk=True) == [ring, plain]
     assert cs.selected(pts, True, True) == [plain]
+
+
+def test_the_reference_of_every_sweep_point_is_the_plain_register_pipeline():
+    """A point must equal the plain register pipeline at its (n_tile, k_groups) bit for bit;
+    the reference takes every other key from the variant's defaults, so a lever added later
+    (``hi_in_place``) is never in both sides of the check."""
+    import cuda_verify_cold_sweep as cs
+
+    for op in cs.POINTS:
+        for pt in cs.POINTS[op]:
+            p = cs.as_params(pt)
+            assert cs.register_twin(p) == {**DEFAULTS, "n_tile": p["n_tile"],
+                                           "k_groups": p["k_groups"], "unroll": 1}
+    assert any(cs.as_params(pt).get("hi_in_place") for pt in cs.POINTS["gate_up"])
+
+
+@pytest.mark.skipif(cuda_offline.nvcc() is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("op", ["gate_up", "down"])
+def test_every_tile_of_the_next_sweep_compiles_for_sm90_without_spills(op):
+    """The next device session runs these blind of any compiler but NVRTC's: each tile of
+    ``POINTS`` must assemble for sm_90 in fp16 at M=8 and 16 with no register spilled (a
+    spill would be timed, not found), and bf16 refuses ``hi_in_place`` before any launch."""
+    import cuda_verify_cold_sweep as cs
+
+    from kernels import cuda
+
+    k, n = cv.SHAPES[op]
+    for pt in cs.POINTS[op]:
+        p = cs.as_params(pt)
+        for m in (8, 16):
+            cfg = cuda.launch_config("mma_weights_a", m, k, n, 64, "float16", p)
+            rep = cuda_offline.compile_launch("mma_weights_a", cfg)
+            assert rep.registers > 0 and rep.spill_bytes == 0, (p, m, rep)
+        if p.get("hi_in_place"):
+            with pytest.raises(ValueError, match="float16 only"):
+                cuda.launch_config("mma_weights_a", 8, k, n, 64, "bfloat16", p)
 
 
 def test_the_read_sizes_summary_is_what_the_committed_ncu_csv_says():

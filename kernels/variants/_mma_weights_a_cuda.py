@@ -11,7 +11,8 @@ from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 # UNROLL (K steps of 128 whose loads go out together), PREFETCH, STAGES (0: the register
 # pipeline of UNROLL / PREFETCH; >= 2: the cp.async ring), L2_PREFETCH (the ring's L2
 # prefetch hint, 128 or 256 bytes), X_EARLY (activations loaded with the weights: in the
-# register batch, or through the ring; else step by step before the math), BULK (the producer
+# register batch, or through the ring; else step by step before the math), HI_IN_PLACE (fp16:
+# one shift a word, dflash2_dequant_pair's HIGH), BULK (the producer
 # warp's ring of STAGES stages of UNROLL steps in dynamic shared memory), PACKED (with BULK: w
 # packed so that a block's stage is one contiguous copy), K, N, GS, IS_BF16; type T.
 # Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for
@@ -105,9 +106,17 @@ CUDA_SOURCE = r"""
         for (int h = 0; h < 2; ++h) {
           const uint4 v = wq[c][h];
           const uint32_t q = i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+          if constexpr (HI_IN_PLACE) {  // fp16: nibbles 1 and 3 of a byte pair where they lie
+            const uint32_t q8 = q >> 8;
+            a[h][0] = dflash2_dequant_pair<IS_BF16, false>(q, sc[c][h], bi[c][h]);
+            a[h][1] = dflash2_dequant_pair<IS_BF16, true>(q, sc[c][h], bi[c][h]);
+            a[h][2] = dflash2_dequant_pair<IS_BF16, false>(q8, sc[c][h], bi[c][h]);
+            a[h][3] = dflash2_dequant_pair<IS_BF16, true>(q8, sc[c][h], bi[c][h]);
+          } else {
 #pragma unroll
-          for (int j = 0; j < 4; ++j)
-            a[h][j] = dflash2_dequant_pair<IS_BF16>(q >> (4 * j), sc[c][h], bi[c][h]);
+            for (int j = 0; j < 4; ++j)
+              a[h][j] = dflash2_dequant_pair<IS_BF16, false>(q >> (4 * j), sc[c][h], bi[c][h]);
+          }
         }
 #pragma unroll
         for (int mt = 0; mt < M_TILES; ++mt) {
@@ -377,17 +386,23 @@ CUDA_SOURCE = r"""
 CUDA_HEADER = _CUDA_HEADER + MMA_HEADER + CP_ASYNC_HEADER + BULK_HEADER + r"""
 // Nibbles 0 and 4 of ``bits`` as two dequantized activation-type values, low and high:
 // OR-ing a nibble into the mantissa of 1024 (fp16) or 128 (bf16) gives 1024 + q or 128 + q
-// exactly, the subtraction is exact, and the FMA rounds scale * q + bias once.
-template <bool BF16>
+// exactly, the subtraction is exact, and the FMA rounds scale * q + bias once. HIGH (fp16
+// only): nibbles 1 and 5 instead, taken where they lie, at bits 4-7 of each half: in the
+// mantissa of 64, whose last place is 1/16, they give 64 + q exactly, so the q that reaches
+// the FMA is the same and two of every three shifts go (bf16's 7-bit mantissa has no room
+// for a nibble at bits 4-7).
+template <bool BF16, bool HIGH>
 __device__ __forceinline__ uint32_t dflash2_dequant_pair(uint32_t bits, uint32_t scale2,
                                                          uint32_t bias2) {
-  constexpr uint32_t MAGIC = BF16 ? 0x43004300u : 0x64006400u;
+  static_assert(!(BF16 && HIGH), "a bf16 mantissa holds a nibble at bits 0-3 only");
+  constexpr uint32_t MAGIC = BF16 ? 0x43004300u : HIGH ? 0x54005400u : 0x64006400u;
   // (bits & mask) | MAGIC as ONE lop3: written as an AND and an OR of two immediates, ptxas
   // emits two LOP3s (a LOP3 takes one immediate), a fifth of the dequantization's issue slots
   // (ncu's SASS of the kernel, 2026-12-04, bench/results/h200/sass_*); here MAGIC is a
   // register operand.
   uint32_t v, magic = MAGIC, out;
-  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(v) : "r"(bits), "n"(0x000F000F), "r"(magic));
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;"
+      : "=r"(v) : "r"(bits), "n"(HIGH ? 0x00F000F0 : 0x000F000F), "r"(magic));
   if constexpr (BF16) {
     __nv_bfloat162 r = __hfma2(__hsub2(*reinterpret_cast<__nv_bfloat162*>(&v),
                                        *reinterpret_cast<__nv_bfloat162*>(&magic)),

@@ -48,6 +48,13 @@ instead of one a row: the first two bulk runs found the time falling as the copi
 the register pipeline); packed, gate/up at M=8 ties the register pipeline alone (25.8-26.5
 against 25.6-26.5 us) and down and M=16 are slower, so no table entry selects it.
 
+``hi_in_place`` = 1 (fp16 only) takes nibbles 1 and 3 of each byte pair where they lie, at
+bits 4-7 of each half, into the mantissa of 64 (last place 1/16, so 64 + q exactly): one shift
+a weight word instead of three, the same q into the same FMA, so the output is the plain
+pipeline's bit for bit. nvcc for sm_90, gate/up's shipped tile: 585 instructions a batch of two
+K steps against 648 (2026-12-05; not yet timed on a device). bf16's 7-bit mantissa holds a
+nibble at bits 0-3 only, so bf16 refuses it.
+
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
 
@@ -63,7 +70,7 @@ from kernels.variants._portable import split_k
 NAME = "mma_weights_a"
 ROWS = None  # 1..16
 DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0, "stages": 0,
-            "l2_prefetch": 128, "x_early": 0, "min_blocks": 0, "bulk": 0}
+            "l2_prefetch": 128, "x_early": 0, "min_blocks": 0, "bulk": 0, "hi_in_place": 0}
 METAL_SOURCE = None
 HEADER = ""
 CUDA_LAYOUT = "mma_weights_a"
@@ -76,7 +83,8 @@ CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"
                      group_multiple=32, positive=("n_tile", "k_groups", "unroll"),
                      param_choices=(("prefetch", (0, 1)), ("stages", (0, 2, 3, 4, 5, 6, 8)),
                                     ("l2_prefetch", (128, 256)), ("x_early", (0, 1)),
-                                    ("min_blocks", (0, 2, 3, 4, 5, 6)), ("bulk", (0, 1, 2))),
+                                    ("min_blocks", (0, 2, 3, 4, 5, 6)), ("bulk", (0, 1, 2)),
+                                    ("hi_in_place", (0, 1))),
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
 
