@@ -77,12 +77,6 @@ def _nvcc_sm90(name: str, dtype: str, constants: dict, header: str | None,
         return msgs, out.read_bytes()
 
 
-def ptx_sm90(name: str, dtype: str, constants: dict, header: str | None = None) -> str:
-    """The PTX nvcc makes of the translation unit for sm_90a. PTX is not what runs: ptxas
-    turned its one ``and`` and one ``or`` into two LOP3s (``sass_sm90`` shows what runs)."""
-    return _nvcc_sm90(name, dtype, constants, header, "-ptx")[1].decode()
-
-
 def nvdisasm() -> str | None:
     """nvdisasm from PATH, else from the ``nvidia-cuda-nvdisasm`` wheel (the test extra on
     Linux x86-64: nvcc's toolkit here ships without it)."""
@@ -131,19 +125,25 @@ def sass_opcode(instruction: str) -> str:
     return op.split(".")[0]
 
 
-def hot_loop(sass: list[str]) -> list[str]:
-    """The instructions of the longest loop: from a label to the last branch back to it.
-    The K loop of a kernel is its longest; everything else runs once a thread."""
+def hot_loop(sass: list[str], containing: str = "HMMA") -> list[str]:
+    """The instructions of the innermost loop that issues ``containing`` (an opcode): from a
+    label to a branch back to it, the smallest such span. The smallest, not the longest: ptxas
+    puts an mbarrier wait's retry after the kernel's end, and its branch back spans every loop
+    it sits in."""
     labels = {line[:-1]: i for i, line in enumerate(sass) if line.endswith(":")}
-    best: list[str] = []
+    best: list[str] | None = None
     for i, line in enumerate(sass):
         if line.endswith(":") or sass_opcode(line) != "BRA":
             continue
         target = re.search(r"`\((\.L\w+)\)", line)
         start = labels.get(target[1]) if target else None
-        if start is not None and start < i and i - start > len(best):
-            best = [x for x in sass[start:i + 1] if not x.endswith(":")]
-    return best
+        if start is None or start >= i:
+            continue
+        body = [x for x in sass[start:i + 1] if not x.endswith(":")]
+        if any(sass_opcode(x) == containing for x in body) and (
+                best is None or len(body) < len(best)):
+            best = body
+    return best or []
 
 
 def compile_sm90(name: str, dtype: str, constants: dict, header: str | None = None) -> PtxasReport:

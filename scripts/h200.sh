@@ -267,7 +267,8 @@ case "$cmd" in
   devtests)
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
     timeout "${TEST_TIMEOUT:-180}" python3 -m pytest -p no:cacheprovider -o addopts= -q -rA -s \
-      tests/test_cuda_launch_cache.py 2>&1 | tee "$OUT/devtests.log" | tail -15
+      tests/test_cuda_launch_cache.py tests/test_cuda_device_levers.py 2>&1 |
+      tee "$OUT/devtests.log" | tail -15
     ;;
   hostcost)
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1

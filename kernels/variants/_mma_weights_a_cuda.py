@@ -345,18 +345,24 @@ CUDA_SOURCE = r"""
       }
     };
     // PREFETCH: the next batch's loads go out before this batch's math (two batches of
-    // registers), so a warp never waits on memory with nothing to do.
-    Batch cur;
-    load(cur, 0);
-    for (int s0 = 0; s0 < GROUP_STEPS; s0 += UNROLL) {
-      if constexpr (PREFETCH) {
-        Batch nxt;
-        if (s0 + UNROLL < GROUP_STEPS) load(nxt, s0 + UNROLL);
-        compute(cur, s0);
-        cur = nxt;
-      } else {
-        if (s0) load(cur, s0);
-        compute(cur, s0);
+    // registers), so a warp never waits on memory with nothing to do. The two batches take
+    // turns (a, b, a, ...) rather than the next being copied into the current: the copy was
+    // ~37 moves a K step at unroll 1 (bench/results/sass_static.md, 2026-12-04).
+    Batch a;
+    load(a, 0);
+    if constexpr (PREFETCH) {
+      Batch b;
+      for (int s0 = 0; s0 < GROUP_STEPS; s0 += 2 * UNROLL) {
+        if (s0 + UNROLL < GROUP_STEPS) load(b, s0 + UNROLL);
+        compute(a, s0);
+        if (s0 + UNROLL >= GROUP_STEPS) break;
+        if (s0 + 2 * UNROLL < GROUP_STEPS) load(a, s0 + 2 * UNROLL);
+        compute(b, s0 + UNROLL);
+      }
+    } else {
+      for (int s0 = 0; s0 < GROUP_STEPS; s0 += UNROLL) {
+        if (s0) load(a, s0);
+        compute(a, s0);
       }
     }
   }

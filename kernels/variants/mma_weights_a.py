@@ -52,7 +52,7 @@ against 25.6-26.5 us) and down and M=16 are slower, so no table entry selects it
 bits 4-7 of each half, into the mantissa of 64 (last place 1/16, so 64 + q exactly): one shift
 a weight word instead of three, the same q into the same FMA, so the output is the plain
 pipeline's bit for bit. nvcc for sm_90, gate/up's shipped tile: 585 instructions a batch of two
-K steps against 648 (2026-12-05; not yet timed on a device). bf16's 7-bit mantissa holds a
+K steps against 648 (22:00 UTC; not yet timed on a device). bf16's 7-bit mantissa holds a
 nibble at bits 0-3 only, so bf16 refuses it.
 
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.

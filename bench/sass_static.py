@@ -1,0 +1,171 @@
+"""What each tile of the next cold sweep asks of an SM, read from its machine code, no GPU.
+
+    python bench/sass_static.py [--out bench/results/sass_static.json] [--ms 8,16]
+
+For every tile of ``bench/cuda_verify_cold_sweep.POINTS`` (gate/up and down, bf16 and fp16,
+each M): nvcc's cubin for sm_90a as MLX would build it, ptxas' registers and spills, the
+blocks an SM holds by sm_90's limits (65536 registers allocated per warp in 256s, 64 warps,
+32 blocks, 228 KiB of shared memory with 1 KiB a block reserved), and from nvdisasm the
+instructions a warp issues per K step of 128 in the innermost loop that issues the mma (the K
+loop; for the bulk pipeline the loop over a stage's steps, so a stage's barrier wait is not in
+it), split into the dequantization (the nibble shifts, LOP3s, HADD2s and HFMA2s), the mma, the
+loads (global, shared, cp.async) and the rest.
+
+Why, when only a device can time a tile: gate/up at M=8 issues 29% of an SM's cycles and
+waits on its loads in half of its stall samples (bench/results/h200/sass_shipped_tiles.md), so
+the sweep's question per tile is how many warps it keeps resident and how much each issues
+per weight. These counts are facts of the compiler; what they cost in time is the sweep's.
+The counts are static (per warp, one K step of the loop), not the executed totals ncu reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import cuda_verify_cold_sweep as cs
+from cuda_verify import SHAPES
+
+from kernels import cuda, cuda_offline
+from kernels.tiling import TilingError
+
+NAME = "mma_weights_a"
+REGS_PER_SM, MAX_WARPS, MAX_BLOCKS = 65536, 64, 32
+SMEM_PER_SM, SMEM_RESERVED = 228 * 1024, 1024
+NIBBLE_SHIFTS = ("0x4", "0x8", "0xc")
+
+
+def blocks_per_sm(registers: int, threads: int, smem: int) -> int:
+    """sm_90's occupancy rules: registers are allocated per warp in units of 256."""
+    warps = -(-threads // 32)
+    per_warp = -(-registers * 32 // 256) * 256
+    by_regs = REGS_PER_SM // (per_warp * warps)
+    by_smem = SMEM_PER_SM // (smem + SMEM_RESERVED) if smem else MAX_BLOCKS
+    return min(by_regs, MAX_WARPS // warps, MAX_BLOCKS, by_smem)
+
+
+def classify(instruction: str) -> str:
+    op = cuda_offline.sass_opcode(instruction)
+    args = [a.strip() for a in instruction.split(",")]
+    if op == "SHF" and ".R.U32.HI" in instruction and len(args) > 2 and args[2] in NIBBLE_SHIFTS:
+        return "dequant"
+    if op == "LOP3" and len(args) > 4 and args[4] == "0xea":
+        return "dequant"
+    if op in ("HADD2", "HFMA2"):
+        return "dequant"
+    if op == "HMMA":
+        return "mma"
+    if op in ("LDG", "LDS", "LDGSTS", "UBLKCP", "SYNCS", "LDSM"):
+        return "load"
+    return "other"
+
+
+def tile_row(op: str, dtype: str, m: int, params: dict) -> dict:
+    k, n = SHAPES[op]
+    row = {"shape": op, "dtype": dtype, "m": m, "params": params}
+    try:
+        cfg = cuda.launch_config(NAME, m, k, n, 64, dtype, params)
+    except TilingError as e:
+        return {**row, "refused": str(e)}
+    header = cuda.kernel_header(NAME, cfg)
+    rep = cuda_offline.compile_sm90(NAME, dtype, cfg.template, header)
+    smem = max(rep.smem_bytes, cfg.shared_memory)
+    loop = cuda_offline.hot_loop(cuda_offline.sass_sm90(NAME, dtype, cfg.template, header))
+    # each dequantized pair is one HFMA2: the loop's K steps are its HFMA2s over a step's pairs
+    pairs_a_step = 32 * cfg.template["COL_TILES"]
+    hfma2 = sum(1 for i in loop if cuda_offline.sass_opcode(i) == "HFMA2")
+    steps = hfma2 / pairs_a_step
+    kinds = {"dequant": 0, "mma": 0, "load": 0, "other": 0}
+    for i in loop:
+        kinds[classify(i)] += 1
+    b = blocks_per_sm(rep.registers, cfg.threads, smem)
+    return {**row, "registers": rep.registers, "spill_bytes": rep.spill_bytes,
+            "smem_bytes": smem, "threads": cfg.threads, "blocks": cfg.grid // cfg.threads,
+            "blocks_per_sm": b, "warps_per_sm": b * cfg.threads // 32,
+            "waves": round(cfg.grid // cfg.threads / (132 * b), 2) if b else None,
+            "loop_k_steps": steps,
+            "per_k_step": {kk: round(v / steps, 1) for kk, v in kinds.items()} if steps else {},
+            "per_weight_pair": round(sum(kinds.values()) / steps / pairs_a_step, 2)
+            if steps else None}
+
+
+def run(ms: list[int], dtypes=("bfloat16", "float16"), points=None) -> dict:
+    rows = []
+    for op in ("gate_up", "down"):
+        for pt in (points or cs.POINTS)[op]:
+            p = cs.as_params(pt)
+            for dtype in dtypes:
+                for m in ms:
+                    rows.append(tile_row(op, dtype, m, p))
+                    print(json.dumps(rows[-1]), flush=True, file=sys.stderr)
+    nvcc = subprocess.run([cuda_offline.nvcc(), "--version"], capture_output=True, text=True,
+                          check=True).stdout.strip().splitlines()[-1]
+    return {"nvcc": nvcc, "arch": "sm_90a", "rows": rows}
+
+
+SHORT = {"n_tile": "n", "k_groups": "kg", "unroll": "u", "prefetch": "pf", "stages": "st",
+         "x_early": "xe", "bulk": "bulk", "hi_in_place": "hi", "min_blocks": "mb"}
+
+
+def tile_label(p: dict) -> str:
+    from kernels.variants import VARIANTS
+
+    d = VARIANTS[NAME].DEFAULTS
+    core = f"{p['n_tile']}x{p['k_groups']} u{p['unroll']}"
+    extra = [f"{SHORT.get(k, k)}{v}" for k, v in p.items()
+             if k not in ("n_tile", "k_groups", "unroll") and v != d.get(k)]
+    return " ".join([core, *extra])
+
+
+def render(data: dict) -> str:
+    out = [f"# Static SASS of the next sweep's tiles ({data['arch']}, {data['nvcc']})", "",
+           ("Per warp and K step of 128 in the innermost loop that issues the mma (static "
+            "counts, not executed totals); blocks an SM by sm_90's limits. "
+            "`bench/sass_static.py`."), "",
+           ("| shape | dtype | M | tile | regs | spill B | blocks an SM (warps) | waves | "
+            "instr / K step | dequant | mma | loads | other | instr / weight pair |"),
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in data["rows"]:
+        lead = f"| {r['shape']} | {r['dtype']} | {r['m']} | {tile_label(r['params'])} |"
+        if "refused" in r:
+            out.append(f"{lead} refused: {r['refused'].split(': ', 1)[-1].split(' (')[0]} |"
+                       + " |" * 9)
+            continue
+        k = r["per_k_step"]
+        total = sum(k.values()) if k else None
+        out.append(
+            f"{lead} {r['registers']} | {r['spill_bytes']} | {r['blocks_per_sm']} "
+            f"({r['warps_per_sm']}) | {r['waves']} | {total:.0f} | {k['dequant']:.0f} | "
+            f"{k['mma']:.0f} | {k['load']:.0f} | {k['other']:.0f} | {r['per_weight_pair']} |"
+            if k else f"{lead} {r['registers']} | {r['spill_bytes']} | {r['blocks_per_sm']} "
+            f"({r['warps_per_sm']}) | {r['waves']} | no K loop |" + " |" * 5)
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "sass_static.json"))
+    ap.add_argument("--ms", default="8,16", help="rows M, comma-separated")
+    args = ap.parse_args(argv)
+    if cuda_offline.nvcc() is None or cuda_offline.nvdisasm() is None:
+        print("sass_static: needs nvcc and nvdisasm (pip install nvidia-cuda-nvdisasm)",
+              file=sys.stderr)
+        return 2
+    data = run([int(v) for v in args.ms.split(",")])
+    out = Path(args.out)
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    md = render(data)
+    out.with_suffix(".md").write_text(md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
