@@ -190,8 +190,8 @@
 # The read-only params' host cost (19:28 UTC, tree 4ae69fe, a fresh machine; device ~130 s):
 #   run (carry .whl/p1) stage; run (carry .whl/p2) stage, install, TEST_TIMEOUT=150 devtests
 #     (now with tests/test_cuda_device_levers.py: prefetch's batches taking turns and fp16's
-#     hi_in_place, each bit for bit the plain register pipeline: a failure there drops those
-#     points from the sweep, --points order being the priority);
+#     hi_in_place, each bit for bit the plain register pipeline; the sweep's own bit-exact
+#     check keeps a failing point out of the table all the same; POINTS' order is the priority);
 #   HOST_TIMEOUT=150 hostcost  -> devtests.log (12 passed), host_cost_readonly_params.json
 # The one-LOP3 runs (2026-12-04 20:11-20:47 UTC; device ~1660 s in all, four machines' starts
 # included; the calls of each machine follow each other at once):
@@ -215,8 +215,8 @@
 # follows the last at once):
 #   run (carry .whl/p1) stage; run (carry .whl/p2) stage, install, TEST_TIMEOUT=150 devtests
 #     (now with tests/test_cuda_device_levers.py: prefetch's batches taking turns and fp16's
-#     hi_in_place, each bit for bit the plain register pipeline: a failure there drops those
-#     points from the sweep, --points order being the priority);
+#     hi_in_place, each bit for bit the plain register pipeline; the sweep's own bit-exact
+#     check keeps a failing point out of the table all the same; POINTS' order is the priority);
 #     HOST_TIMEOUT=150 hostcost (launch against launch_shape_keyed, the variant-keyed memo);
 #     BENCH_TIMEOUT=200 coldsweep --ms 8 --budget-s 150 --reps 5 --batch 64
 #   run: SWEEP_OUT=/tmp/h200res/m16 BENCH_TIMEOUT=200 coldsweep --point-m 16 --ms 16
