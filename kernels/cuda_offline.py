@@ -61,8 +61,8 @@ def compile_launch(name: str, cfg) -> PtxasReport:
 def _nvcc_sm90(name: str, dtype: str, constants: dict, header: str | None,
                *flags: str) -> tuple[str, bytes]:
     """(nvcc's messages, the output file's bytes) of the translation unit for sm_90a, ``flags``
-    choosing the output (``-ptx`` or ``-cubin``); RuntimeError with nvcc's output when it does
-    not compile."""
+    choosing the output and ptxas' options; RuntimeError with nvcc's output when it does not
+    compile."""
     exe = nvcc()
     if exe is None:
         raise RuntimeError("nvcc is not on PATH")

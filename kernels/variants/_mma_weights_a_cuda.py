@@ -106,7 +106,7 @@ CUDA_SOURCE = r"""
         for (int h = 0; h < 2; ++h) {
           const uint4 v = wq[c][h];
           const uint32_t q = i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-          if constexpr (HI_IN_PLACE) {  // fp16: nibbles 1 and 3 of a byte pair where they lie
+          if constexpr (HI_IN_PLACE) {  // fp16: the high nibble of each byte where it lies
             const uint32_t q8 = q >> 8;
             a[h][0] = dflash2_dequant_pair<IS_BF16, false>(q, sc[c][h], bi[c][h]);
             a[h][1] = dflash2_dequant_pair<IS_BF16, true>(q, sc[c][h], bi[c][h]);

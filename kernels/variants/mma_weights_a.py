@@ -48,12 +48,13 @@ instead of one a row: the first two bulk runs found the time falling as the copi
 the register pipeline); packed, gate/up at M=8 ties the register pipeline alone (25.8-26.5
 against 25.6-26.5 us) and down and M=16 are slower, so no table entry selects it.
 
-``hi_in_place`` = 1 (fp16 only) takes nibbles 1 and 3 of each byte pair where they lie, at
-bits 4-7 of each half, into the mantissa of 64 (last place 1/16, so 64 + q exactly): one shift
-a weight word instead of three, the same q into the same FMA, so the output is the plain
-pipeline's bit for bit. nvcc for sm_90, gate/up's shipped tile: 585 instructions a batch of two
-K steps against 648 (22:00 UTC; not yet timed on a device). bf16's 7-bit mantissa holds a
-nibble at bits 0-3 only, so bf16 refuses it.
+``hi_in_place`` = 1 (fp16 only) takes the high nibble of each byte where it lies (nibbles 1 and
+3 of each 16-bit half: bits 4-7, and 12-15 moved there by one shift of 8) into the mantissa of
+64, whose last place is 1/16, so 64 + q exactly: one shift a weight word instead of three, the
+same q into the same FMA, so the output is the plain pipeline's bit for bit. nvcc for sm_90,
+gate/up's shipped tile: 585 instructions a batch of two K steps against 648 (2026-12-04 22:00
+UTC; not yet timed on a device). bf16's 7-bit mantissa holds a nibble at bits 0-3 only, so bf16
+refuses it.
 
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
