@@ -132,9 +132,11 @@ POINTS_2026_12_04_BULK_PACKED = {
 # and the register tiles above (bf16 refuses it: those rows are errors, timed nowhere). First
 # after the shipped tiles, the prefetched batch at unroll 1 without x_early (22:00 UTC: the
 # batches now take turns instead of being copied, ~37 moves a K step fewer; 80 registers, 6
-# blocks an SM on gate/up, loads always in flight: bench/results/sass_static.md). Every tile
-# here tiles at M=8 and 16. Run at M=8 and at --point-m 16; a point past the budget is skipped,
-# so the order is the priority.
+# blocks an SM on gate/up, loads always in flight: bench/results/sass_static.md); for down, 17
+# K groups (136 K steps = 8 x 17): 8 steps a warp, 2 blocks of 17 warps an SM (34 warps against
+# the shipped tile's 16-24) in 1.21 waves; its sums' order differs, so its goldens would too.
+# Every tile here tiles at M=8 and 16. Run at M=8 and at --point-m 16; a point past the budget
+# is skipped, so the order is the priority.
 HI = {"hi_in_place": 1}
 POINTS = {
     "gate_up": [GU, (GU, HI), (32, 4, 1, 1, 0), ((32, 4, 1, 1, 0), HI),
@@ -147,7 +149,7 @@ POINTS = {
              (16, 8, 1, 1, 0, 128, 1), ((16, 8, 1, 1, 0, 128, 1), HI),
              (32, 8, 1, 0, 0, 128, 1), ((32, 8, 1, 0, 0, 128, 1), HI),
              (32, 8, 2, 0, 0, 128, 1), (32, 4, 2, 0, 0, 128, 1),
-             ((16, 8, 1, 0, 4), {"bulk": 2}),
+             ((16, 8, 1, 0, 4), {"bulk": 2}), (16, 17, 1, 0, 0), ((16, 17, 1, 0, 0), HI),
              (16, 8, 1, 0, 3), (16, 8, 1, 0, 4), (32, 8, 1, 0, 2), (32, 4, 1, 0, 4)],
 }
 KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_early",
