@@ -39,9 +39,15 @@ import json
 import cuda_verify as cv
 import mlx.core as mx
 
+from kernels.variants import VARIANTS
+
 REPS = 3
-TILE_KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_early",
-             "min_blocks", "bulk")
+
+
+def tile_of(row: dict) -> dict:
+    """A cold sweep row's tile: every key the variant takes, none of the row's timings (a
+    fixed list of keys here once dropped a lever added later)."""
+    return {key: row[key] for key in VARIANTS["mma_weights_a"].DEFAULTS if key in row}
 
 
 UNITS_PER_US = {"ns": 1e3, "nsecond": 1e3, "usecond": 1.0, "us": 1.0, "msecond": 1e-3}
@@ -248,7 +254,7 @@ def main(argv=None) -> int:
             paths = [("stock", cv.stock)]
             best = ((cold or {}).get("shapes", {}).get(f"{op}/{dt_name}") or {}).get("best_m8")
             if best:
-                p = {key: best[key] for key in TILE_KEYS if key in best}
+                p = tile_of(best)
                 paths.append((f"cold-best {p}", cv.custom_fn("mma_weights_a", p)))
             for p in json.loads(args.tiles) if args.tiles else []:
                 paths.append((f"tile {p}", cv.custom_fn("mma_weights_a", p)))

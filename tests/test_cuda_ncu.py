@@ -157,6 +157,35 @@ def _gate_up_bf16(table: dict, m: int) -> dict:
                 e["shapes"] == ["gate_up"] and e["M"] == m and e["dtypes"] == ["bfloat16"])
 
 
+def test_an_fp16_tile_with_hi_in_place_can_be_chosen_and_launched_from_the_table():
+    """A lever added after the chooser was written goes through it: the sweep's row keeps
+    ``hi_in_place``, ncu's label carries it, the chosen params keep it (a default is left
+    out), and the table's entry then launches with it."""
+    from kernels import cuda
+
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    e = next(e for e in table["entries"] if e["devices"] == ["sm_90"] and
+             e["shapes"] == ["gate_up"] and e["M"] == 8 and e["dtypes"] == ["float16"])
+    shipped = (e.get("candidate") or e)["params"]
+    hi = {**shipped, "hi_in_place": 1}
+    launches = [{"label": "gate_up float16 M=8 stock x2", "name": "qmm_sm80", "us": 82.0},
+                {"label": f"gate_up float16 M=8 custom {shipped}", "name": "dflash2_x",
+                 "us": 24.1},
+                {"label": f"gate_up float16 M=8 tile {hi}", "name": "dflash2_x", "us": 22.5}]
+    cold = {"shapes": {"gate_up/float16": {"points": [
+        {**DEFAULTS, **hi, "ok": True, "exact_vs_register": True, "us": 22.0}]}}}
+    new, rec = regen.choose_tiles(table, launches, cold, DEFAULTS, "synthetic")
+    chosen = rec["choices"]["gate_up/float16/8"]["chosen"]
+    assert chosen == {k: v for k, v in {**DEFAULTS, **hi}.items()
+                      if k in regen.CORE_KEYS or v != DEFAULTS[k]}
+    assert chosen["hi_in_place"] == 1
+    ne = next(x for x in new["entries"] if x["devices"] == ["sm_90"] and
+              x["shapes"] == ["gate_up"] and x["M"] == 8 and x["dtypes"] == ["float16"])
+    params = (ne.get("candidate") or ne)["params"]
+    cfg = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "float16", params)
+    assert cfg.template["HI_IN_PLACE"] is True
+
+
 def test_an_m16_tile_is_chosen_only_from_tiles_checked_at_m16():
     """Each M's entry gets the tile fastest alone at that M; a sweep that checked the tiles at
     M=8 does not qualify them at M=16 (a tile's correctness and tiling depend on M)."""
@@ -229,6 +258,13 @@ def test_every_tile_of_the_next_sweep_compiles_for_sm90_without_spills(op):
         if p.get("hi_in_place"):
             with pytest.raises(ValueError, match="float16 only"):
                 cuda.launch_config("mma_weights_a", 8, k, n, 64, "bfloat16", p)
+
+
+def test_the_cold_sweeps_best_row_is_launched_with_every_lever_it_was_timed_with():
+    row = {"n_tile": 32, "k_groups": 4, "unroll": 1, "prefetch": 1, "x_early": 0,
+           "hi_in_place": 1, "us": 21.0, "ok": True, "exact_vs_register": True}
+    assert cvn.tile_of(row) == {"n_tile": 32, "k_groups": 4, "unroll": 1, "prefetch": 1,
+                                "x_early": 0, "hi_in_place": 1}
 
 
 def test_the_read_sizes_summary_is_what_the_committed_ncu_csv_says():
