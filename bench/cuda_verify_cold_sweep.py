@@ -155,6 +155,8 @@ POINTS = {
 KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_early",
         "min_blocks", "bulk")
 KEY_DEFAULTS = (128, 0, 0, 0)  # l2_prefetch, x_early, min_blocks, bulk when a tuple stops short
+# the tables' tile columns: every key the variant takes, those a dict adds included
+COLUMNS = tuple(VARIANTS[NAME].DEFAULTS)
 
 
 def as_params(pt) -> dict:
@@ -369,8 +371,7 @@ def render(res: dict) -> str:
              ("Launch floor (the same timing of launches with next to no work, K=256, N=64): "
               + ", ".join(f"{k.removesuffix('_us')} {v:.1f} µs"
                           for k, v in res.get("launch_floor", {}).items()) + "."), "",
-             ("| shape | dtype | M | tile (n_tile, k_groups, unroll, prefetch, stages, "
-              "l2_prefetch, x_early) | floor µs | stock µs | custom eager µs | custom compiled µs "
+             (f"| shape | dtype | M | tile ({', '.join(COLUMNS)}) | floor µs | stock µs | custom eager µs | custom compiled µs "
               "| stock % | eager % | compiled % | compiled speed-up | alone: stock µs | alone: "
               "custom µs | alone % | ulps vs portable | ulps vs f64 (stock) |"),
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -382,7 +383,7 @@ def render(res: dict) -> str:
             ch = r.get("check", {})
             lines.append(
                 f"| {key.split('/')[0]} | {e['dtype']} | {r['M']} | "
-                f"{', '.join(str(p.get(k, '-')) for k in KEYS)} | {r['floor_us']:.1f} | "
+                f"{', '.join(str(p.get(k, '-')) for k in COLUMNS)} | {r['floor_us']:.1f} | "
                 f"{r['stock_us']:.1f} | {r['custom_eager_us']:.1f} | "
                 f"{r['custom_compiled_us']:.1f} | {r['stock_pct_ceiling']:.0%} | "
                 f"{r['pct_ceiling_eager']:.0%} | {r['pct_ceiling_compiled']:.0%} | "
@@ -394,15 +395,15 @@ def render(res: dict) -> str:
                 f"({ch.get('stock_ulps_vs_f64', float('nan')):.3f}) |")
     point_ms = sorted({e.get("point_m", 8) for e in res["shapes"].values()})
     lines += ["", f"Every point at M={'/'.join(map(str, point_ms))} (cold, eager):", "",
-              ("| shape | dtype | M | n_tile | k_groups | unroll | prefetch | stages | l2_prefetch | "
-               "x_early | µs | % of ceiling | bit-exact vs register | rel vs stock | note |"),
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              (f"| shape | dtype | M | {' | '.join(COLUMNS)} | µs | % of ceiling | "
+               "bit-exact vs register | rel vs stock | note |"),
+              "|---" * (len(COLUMNS) + 8) + "|"]
     for key, e in res["shapes"].items():
         for r in e["points"]:
             note = r.get("error", r.get("skipped", ""))[:90]
             lines.append(
                 f"| {key.split('/')[0]} | {e['dtype']} | {e.get('point_m', 8)} | "
-                + " | ".join(str(r.get(k, "-")) for k in KEYS)
+                + " | ".join(str(r.get(k, "-")) for k in COLUMNS)
                 + f" | {cell(r.get('us'))} | {cell(r.get('pct_ceiling'), '{:.0%}')} | "
                 f"{r.get('exact_vs_register', '-')} | {cell(r.get('rel_vs_stock'), '{:.1e}')} "
                 f"| {note} |")

@@ -267,6 +267,26 @@ def test_the_cold_sweeps_best_row_is_launched_with_every_lever_it_was_timed_with
                                 "x_early": 0, "hi_in_place": 1}
 
 
+def test_the_sweeps_tables_have_a_column_for_every_key_they_print():
+    """Rows printed every key while the headers named the first seven (min_blocks, bulk and
+    hi_in_place came later): each table's rows now have exactly its header's cells, and a
+    ``hi_in_place`` point is told apart from its twin."""
+    import cuda_verify_cold_sweep as cs
+
+    res = json.loads((H200 / "bulk_packed_cold_sweep.json").read_text())
+    e = next(iter(res["shapes"].values()))
+    e["points"].append({**e["points"][0], "hi_in_place": 1})
+    tables, cur = [], None
+    for ln in cs.render(res).splitlines():
+        if ln.startswith("| shape"):
+            cur = [ln.count("|")]
+            tables.append(cur)
+        elif cur and ln.startswith(("| gate_up", "| down")):
+            cur.append(ln.count("|"))
+    assert len(tables) == 2 and all(len(set(t)) == 1 and len(t) > 1 for t in tables)
+    assert "hi_in_place" in cs.render(res)
+
+
 def test_the_read_sizes_summary_is_what_the_committed_ncu_csv_says():
     """bench/read_sizes_ncu.py's table (the rate a plain cold read of each size reaches alone)
     is made from ncu's CSV, labels from the script's NCU_ORDER lines: the committed table must
