@@ -168,6 +168,12 @@ def as_params(pt) -> dict:
     return {**p, **extra}
 
 
+def tile_of(row: dict) -> dict:
+    """A point's row as the tile it timed: every key the variant takes, none of the row's
+    timings (a fixed list of keys once dropped a lever added later: ``hi_in_place``)."""
+    return {key: row[key] for key in COLUMNS if key in row}
+
+
 def register_twin(params: dict) -> dict:
     """The plain register pipeline (one K step a batch, every other key at its default) at
     ``params``' (n_tile, k_groups): every pipeline and lever issues its mma sequence, so each
@@ -258,7 +264,7 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
     ok.sort(key=lambda r: r["us"])
     entry[f"best_m{point_m}"] = ok[0] if ok else {}
     # The best tiles at every M, eager and compiled, beside stock; ulps on a column slice.
-    top = [{kk: r[kk] for kk in KEYS} for r in ok[:3]]
+    top = [tile_of(r) for r in ok[:3]]
     for m in final_ms:
         x = xs[m]
         row = {"M": m, "floor_us": floor_us(m)}

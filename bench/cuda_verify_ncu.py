@@ -37,17 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import json
 
 import cuda_verify as cv
+import cuda_verify_cold_sweep as cs
 import mlx.core as mx
 
-from kernels.variants import VARIANTS
-
 REPS = 3
-
-
-def tile_of(row: dict) -> dict:
-    """A cold sweep row's tile: every key the variant takes, none of the row's timings (a
-    fixed list of keys here once dropped a lever added later)."""
-    return {key: row[key] for key in VARIANTS["mma_weights_a"].DEFAULTS if key in row}
 
 
 UNITS_PER_US = {"ns": 1e3, "nsecond": 1e3, "usecond": 1.0, "us": 1.0, "msecond": 1e-3}
@@ -254,12 +247,11 @@ def main(argv=None) -> int:
             paths = [("stock", cv.stock)]
             best = ((cold or {}).get("shapes", {}).get(f"{op}/{dt_name}") or {}).get("best_m8")
             if best:
-                p = tile_of(best)
+                p = cs.tile_of(best)
                 paths.append((f"cold-best {p}", cv.custom_fn("mma_weights_a", p)))
             for p in json.loads(args.tiles) if args.tiles else []:
                 paths.append((f"tile {p}", cv.custom_fn("mma_weights_a", p)))
             if args.points:
-                import cuda_verify_cold_sweep as cs
                 for pt in cs.selected(cs.POINTS[op], args.no_ring, args.no_bulk):
                     p = cs.as_params(pt)
                     paths.append((f"tile {p}", cv.custom_fn("mma_weights_a", p)))

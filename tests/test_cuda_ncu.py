@@ -261,9 +261,13 @@ def test_every_tile_of_the_next_sweep_compiles_for_sm90_without_spills(op):
 
 
 def test_the_cold_sweeps_best_row_is_launched_with_every_lever_it_was_timed_with():
+    """ncu's cold-best path and the sweep's final timings launch a row's tile through
+    ``tile_of``: every key the variant takes, ``hi_in_place`` included, no timing."""
     row = {"n_tile": 32, "k_groups": 4, "unroll": 1, "prefetch": 1, "x_early": 0,
            "hi_in_place": 1, "us": 21.0, "ok": True, "exact_vs_register": True}
-    assert cvn.tile_of(row) == {"n_tile": 32, "k_groups": 4, "unroll": 1, "prefetch": 1,
+    import cuda_verify_cold_sweep as cs
+
+    assert cs.tile_of(row) == {"n_tile": 32, "k_groups": 4, "unroll": 1, "prefetch": 1,
                                 "x_early": 0, "hi_in_place": 1}
 
 
