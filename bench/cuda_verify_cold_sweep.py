@@ -198,6 +198,51 @@ def rel_max(a: mx.array, b: mx.array) -> float:
     return (mx.abs(a - b).max() / mx.abs(b).max()).item()
 
 
+def check_point(p: dict, x: mx.array, one, ys: mx.array, register_out: dict) -> dict:
+    """One point's row: its output against the plain register pipeline at its (n_tile,
+    k_groups), bit for bit (``register_out`` keeps each twin's output), and against stock
+    (``ys``); a tile that fails to build or launch is a finding (``error``), not a stop."""
+    row = dict(p)
+    try:
+        y = cuda.launch(NAME, x, one, p)
+        mx.eval(y)
+        row["rel_vs_stock"] = rel_max(y, ys)
+        key = (p["n_tile"], p["k_groups"])
+        if key not in register_out:
+            y0 = cuda.launch(NAME, x, one, register_twin(p))
+            mx.eval(y0)
+            register_out[key] = y0
+        row["exact_vs_register"] = bool(mx.array_equal(y, register_out[key]).item())
+        row["ok"] = row["exact_vs_register"] and row["rel_vs_stock"] < 2e-2
+    except (ValueError, RuntimeError) as e:
+        row["error"] = str(e)[:300]
+    return row
+
+
+def _print_row(row: dict) -> None:
+    print(json.dumps({kk: (round(v, 4) if isinstance(v, float) else v)
+                      for kk, v in row.items()}), flush=True)
+
+
+def check_shape(op: str, dt_name: str, point_m: int = 8) -> dict:
+    """``--check-only``: every point checked as the sweep checks it, none timed. The choice
+    takes each tile's time from ncu alone (``--choose-from-ncu``), never from the sweep's
+    batches, so a device session can check the whole set in the time the timed sweep spends
+    on a few points, and let ncu time them all."""
+    k, n = cv.SHAPES[op]
+    dt = cv.DTYPES[dt_name]
+    one = cv.make_copies(k, n, dt, 1)[0]
+    x = (mx.random.normal((point_m, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)
+    ys = cv.stock(x, one.wq, one.scales, one.biases)
+    entry = {"K": k, "N": n, "dtype": dt_name, "point_m": point_m, "check_only": True,
+             "points": [], "final": []}
+    register_out: dict = {}
+    for pt in POINTS[op]:
+        entry["points"].append(check_point(as_params(pt), x, one, ys, register_out))
+        _print_row(entry["points"][-1])
+    return entry
+
+
 def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
                 budget_s: float, final_ms: list[int], chain: bool = False,
                 point_m: int = 8) -> dict:
@@ -240,26 +285,16 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
             entry["points"].append({**as_params(pt), "skipped": "time budget"})
             continue
         p = as_params(pt)
-        row = dict(p)
-        try:
-            y = cuda.launch(NAME, x_pt, one, p)
-            mx.eval(y)
-            row["rel_vs_stock"] = rel_max(y, ys)
-            key = (p["n_tile"], p["k_groups"])
-            if key not in register_out:  # the plain register pipeline at this tile
-                y0 = cuda.launch(NAME, x_pt, one, register_twin(p))
-                mx.eval(y0)
-                register_out[key] = y0
-            row["exact_vs_register"] = bool(mx.array_equal(y, register_out[key]).item())
-            row["ok"] = row.get("exact_vs_register", True) and row["rel_vs_stock"] < 2e-2
-            t = cold_us(lambda x, q, p=p: cuda.launch(NAME, x, q, p), x_pt)
-            row.update(us=t["us"], spread_us=[t["min_us"], t["max_us"]],
-                       pct_ceiling=floor_us(point_m) / t["us"])
-        except (ValueError, RuntimeError) as e:  # a tile that fails is a finding, not a stop
-            row["error"] = str(e)[:300]
+        row = check_point(p, x_pt, one, ys, register_out)
+        if row.get("ok"):
+            try:
+                t = cold_us(lambda x, q, p=p: cuda.launch(NAME, x, q, p), x_pt)
+                row.update(us=t["us"], spread_us=[t["min_us"], t["max_us"]],
+                           pct_ceiling=floor_us(point_m) / t["us"])
+            except (ValueError, RuntimeError) as e:
+                row["error"] = str(e)[:300]
         entry["points"].append(row)
-        print(json.dumps({kk: (round(v, 4) if isinstance(v, float) else v)
-                          for kk, v in row.items()}), flush=True)
+        _print_row(row)
     ok = [r for r in entry["points"] if r.get("ok") and "us" in r]
     ok.sort(key=lambda r: r["us"])
     entry[f"best_m{point_m}"] = ok[0] if ok else {}
@@ -362,11 +397,12 @@ def launch_floor(batch: int, reps: int) -> dict:
 
 
 def render(res: dict) -> str:
-    c = res["read_ceiling_Bps"]
+    c = res.get("read_ceiling_Bps")
+    ceiling = (f"Read-only ceiling (sum over 4 GiB) in the same run: **{c / 1e12:.2f} TB/s**. "
+               if c else "**Check only** (`--check-only`): no point timed, no ceiling. ")
     lines = [(f"# mma_weights_a cold sweep on {res['device']['chip']} "
               f"({res['device']['arch']}, MLX {res['device']['mlx_version']})"), "",
-             (f"Measured {res['measured_at']} by `bench/cuda_verify_cold_sweep.py`. Read-only "
-              f"ceiling (sum over 4 GiB) in the same run: **{c / 1e12:.2f} TB/s**. Cold "
+             (f"Measured {res['measured_at']} by `bench/cuda_verify_cold_sweep.py`. {ceiling}Cold "
               "weights (rotating copies > 2x L2), pre-built batches of "
               f"{res['method']['batch']} launches, median of {res['method']['reps']}. "
               "% = floor / time, floor = bytes moved / ceiling. Every tile is checked bit for "
@@ -377,7 +413,8 @@ def render(res: dict) -> str:
              ("Launch floor (the same timing of launches with next to no work, K=256, N=64): "
               + ", ".join(f"{k.removesuffix('_us')} {v:.1f} µs"
                           for k, v in res.get("launch_floor", {}).items()) + "."), "",
-             (f"| shape | dtype | M | tile ({', '.join(COLUMNS)}) | floor µs | stock µs | custom eager µs | custom compiled µs "
+             (f"| shape | dtype | M | tile ({', '.join(COLUMNS)}) | floor µs | stock µs | "
+              "custom eager µs | custom compiled µs "
               "| stock % | eager % | compiled % | compiled speed-up | alone: stock µs | alone: "
               "custom µs | alone % | ulps vs portable | ulps vs f64 (stock) |"),
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -443,6 +480,10 @@ def main(argv=None) -> int:
                          "figures let independent launches overlap)")
     ap.add_argument("--point-m", type=int, default=8,
                     help="the M at which every tile is checked and timed (default 8)")
+    ap.add_argument("--check-only", action="store_true",
+                    help="check every point (bit for bit against its register twin, and "
+                         "against stock) at --point-m and time none: ncu then times each "
+                         "alone (h200.sh ncucold --points), which is what the choice uses")
     ap.add_argument("--batch", type=int, default=96)
     ap.add_argument("--reps", type=int, default=7)
     args = ap.parse_args(argv)
@@ -467,6 +508,19 @@ def main(argv=None) -> int:
            "method": {"batch": args.batch, "reps": args.reps,
                       "cold_target_bytes": cv.COLD_TARGET_BYTES},
            "profilers": cv.profilers()}
+    if args.check_only:
+        res["shapes"] = {}
+        for op in args.shapes.split(","):
+            for dt in args.dtypes.split(","):
+                res["shapes"][f"{op}/{dt}"] = check_shape(op, dt, args.point_m)
+                (out / "cuda_verify_cold_sweep.json").write_text(json.dumps(res, indent=1))
+                (out / "cuda_verify_cold_sweep.md").write_text(render(res))
+        print(render(res))
+        bad = [f"{key} {tile_of(r)}" for key, e in res["shapes"].items() for r in e["points"]
+               if "exact_vs_register" in r and not r["exact_vs_register"]]
+        print(f"checked in {time.perf_counter() - t0:.0f} s; not bit-exact: {bad or 'none'}",
+              flush=True)
+        return 1 if bad else 0
     res["ceiling"] = cv.read_ceiling(4.0, 5)
     ceiling = res["read_ceiling_Bps"] = res["ceiling"]["sum_read_only"]["Bps"]
     print(f"read ceiling {ceiling / 1e12:.2f} TB/s", flush=True)

@@ -372,3 +372,56 @@ def test_the_static_sass_report_counts_the_loop_and_its_table_is_its_json():
     committed = ROOT / "bench" / "results" / "sass_static"
     got = ss.render(json.loads(committed.with_suffix(".json").read_text()))
     assert got == committed.with_suffix(".md").read_text()
+
+
+def test_check_only_flags_a_lever_that_changes_the_output_and_renders_without_timings(
+        monkeypatch):
+    """``--check-only``'s per-point check on a stand-in kernel (MLX's CUDA factory replaced by
+    an MLX computation, as tests/test_cuda_launch_cache.py does) whose output moves by one ulp
+    under ``hi_in_place``: that point is not bit-exact against its register twin and not ok,
+    the twin and a faithful lever are; a tile that does not tile is an error row. The check-only
+    report renders with no ceiling and no timings."""
+    import cuda_verify_cold_sweep as cs
+    import mlx.core as mx
+
+    from kernels import cuda
+    from kernels.qweights import QWeights
+
+    def factory(name, input_names, output_names, source, header=""):
+        def kernel(*, inputs, template, grid, threadgroup, output_shapes, output_dtypes):
+            x, w, s, b = (mx.array.astype(a, mx.float32) if a.dtype != mx.uint32 else a
+                          for a in inputs)
+            y = mx.quantized_matmul(x, w, s, b, transpose=True,
+                                    group_size=dict(template)["GS"], bits=4)
+            if dict(template)["HI_IN_PLACE"]:
+                y = y * (1 + 2.0 ** -7)  # a lever that is not faithful
+            return [mx.array.astype(y, output_dtypes[0])]
+        return kernel
+
+    monkeypatch.setattr(mx.fast, "cuda_kernel", factory)
+    cuda.clear_caches()
+    try:
+        k, n = 256, 64
+        qw = QWeights.quantize(mx.random.normal((n, k), key=mx.random.key(0)) / 16, 64, 4,
+                               mx.float16)
+        x = mx.random.normal((8, k), key=mx.random.key(1)).astype(mx.float16)
+        ys = mx.quantized_matmul(x, qw.wq, qw.scales, qw.biases, transpose=True,
+                                 group_size=64, bits=4)
+        twins: dict = {}
+        base = cs.as_params((32, 1, 1, 0, 0))
+        rows = [cs.check_point({**base, **extra}, x, qw, ys, twins)
+                for extra in ({}, {"prefetch": 1}, {"hi_in_place": 1}, {"k_groups": 3})]
+    finally:
+        cuda.clear_caches()
+    plain, prefetched, hi, bad = rows
+    assert plain["ok"] and plain["exact_vs_register"] and prefetched["ok"]
+    assert hi["exact_vs_register"] is False and hi["ok"] is False
+    assert "error" in bad and "ok" not in bad
+    res = {"device": {"chip": "stand-in", "arch": "sm_90", "mlx_version": mx.__version__},
+           "measured_at": "now", "method": {"batch": 0, "reps": 0},
+           "shapes": {"gate_up/float16": {"dtype": "float16", "point_m": 8, "points": rows,
+                                          "final": []}}}
+    md = cs.render(res)
+    assert "**Check only**" in md and "TB/s" not in md
+    hi_line = next(ln for ln in md.splitlines() if "| False |" in ln)
+    assert "| - | - | False |" in hi_line  # no time, no % of ceiling
