@@ -211,21 +211,24 @@
 #   (fresh machine, the regenerated table committed): stage, then stage, install, timeout 330
 #     suites  -> goldens.log, suites/fingerprints.json (one digest added), and the suites cut
 #     by the timeout after 101 of 140: h200_suites_new_table_partial.jsonl
-# The next session's plan (~1,700 s of device time with two machines' starts; each call
+# The next session's plan (~1,500 s of device time with two machines' starts; each call
 # follows the last at once):
 #   run (carry .whl/p1) stage; run (carry .whl/p2) stage, install, TEST_TIMEOUT=150 devtests
 #     (now with tests/test_cuda_device_levers.py: prefetch's batches taking turns and fp16's
 #     hi_in_place, each bit for bit the plain register pipeline; the sweep's own bit-exact
-#     check keeps a failing point out of the table all the same; POINTS' order is the priority);
+#     check keeps a failing point out of the table all the same);
 #     HOST_TIMEOUT=150 hostcost (launch against launch_shape_keyed, the variant-keyed memo);
-#     BENCH_TIMEOUT=200 coldsweep --ms 8 --budget-s 150 --reps 5 --batch 64
-#   run: SWEEP_OUT=/tmp/h200res/m16 BENCH_TIMEOUT=200 coldsweep --point-m 16 --ms 16
-#     --budget-s 150 --reps 5 --batch 64; NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16
-#     NCU_TIMEOUT=300 ncucold --points --ms 8,16 --reps 2; COLD_SWEEPS=/tmp/h200res/
-#     cuda_verify_cold_sweep.json,/tmp/h200res/m16/cuda_verify_cold_sweep.json choose
+#     BENCH_TIMEOUT=150 coldsweep --check-only --ms 8 (every point of the next set checked at
+#     M=8, bit for bit against its register twin, none timed: the choice takes ncu's times);
+#     SWEEP_OUT=/tmp/h200res/m16 BENCH_TIMEOUT=150 coldsweep --check-only --point-m 16 --ms 16
+#   run: NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16 NCU_TIMEOUT=420 ncucold --points --ms 8,16
+#     --reps 2 (every point alone; bf16 skips hi_in_place's points with one line);
+#     COLD_SWEEPS=/tmp/h200res/cuda_verify_cold_sweep.json,/tmp/h200res/m16/
+#     cuda_verify_cold_sweep.json choose
 #   run: BENCH_TIMEOUT=515 bench --table-rows --ncu --ncu-timeout 150; regen
 #   (fresh machine) stage, then stage, install, timeout 500 suites (goldens recorded where a
 #     tile's k_groups changed), then RECORD_GOLDENS=0 suites if time is left
+#   here: python3 bench/sass_static.py if POINTS changed (the static counts beside ncu's times)
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"
