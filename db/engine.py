@@ -11,6 +11,7 @@ user names) and ``DETACH``.
 
 from __future__ import annotations
 
+import time
 from typing import Literal
 from urllib.parse import quote
 
@@ -46,7 +47,7 @@ def make_engine(loc: Location, mode: Mode = "write") -> Engine:
             cur.execute("PRAGMA query_only = ON")
             dbapi_conn.set_authorizer(_deny_attach)
         elif mode == "write":
-            cur.execute("PRAGMA journal_mode = WAL")
+            _wal(cur)
             cur.execute("PRAGMA synchronous = NORMAL")
         cur.execute("PRAGMA foreign_keys = ON")
         cur.close()
@@ -56,6 +57,29 @@ def make_engine(loc: Location, mode: Mode = "write") -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if mode == "write" else "BEGIN")
 
     return engine
+
+
+def _wal(cur) -> None:
+    """Put the file in WAL mode (a property of the file: once set, every later connection finds
+    it so). The switch needs the file's exclusive lock, and SQLite does not wait for it while
+    another connection holds a write lock (it would deadlock): it fails at once with "database
+    is locked" whatever the busy timeout, as one of ~150 six-process first opens of a new
+    history did. So a locked switch is retried, for as long as the busy timeout. A file system
+    that cannot hold WAL answers the old mode instead, and the history keeps it, as before."""
+    import sqlite3
+
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    delay = 0.002
+    while True:
+        try:
+            if cur.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                cur.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(2 * delay, 0.1)
 
 
 def _deny_attach(action: int, *_args) -> int:

@@ -180,6 +180,39 @@ def test_sqlite_is_in_wal_mode_with_a_busy_timeout(tmp_path):
     h.close()
 
 
+def test_a_first_open_waits_for_a_writer_to_switch_the_file_to_wal(tmp_path):
+    """While another connection holds a new file's write lock, SQLite refuses the switch to
+    WAL at once ("database is locked", no busy wait: it could deadlock), which failed one of
+    ~150 six-process first opens of a new history. The switch is retried: the open waits for
+    the writer, then finds WAL."""
+    import sqlite3
+    import threading
+
+    path = tmp_path / "h.db"
+    sqlite3.connect(path).close()
+    held, waited = threading.Event(), []
+
+    def writer() -> None:
+        con = sqlite3.connect(path, isolation_level=None)
+        con.execute("BEGIN IMMEDIATE")
+        held.set()
+        time.sleep(0.4)
+        con.execute("COMMIT")
+        con.close()
+
+    t = threading.Thread(target=writer)
+    t.start()
+    held.wait()
+    start = time.monotonic()
+    engine = make_engine(resolve(path), "write")
+    with engine.connect() as c:
+        waited.append(time.monotonic() - start)
+        assert c.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    engine.dispose()
+    t.join()
+    assert waited[0] > 0.1  # it waited for the writer instead of failing at once
+
+
 @pytest.mark.parametrize("kind", backends())
 def test_stale_running_run_is_aborted_on_open_for_writing_only(kind, tmp_path):
     target = fresh_db(kind, tmp_path)
