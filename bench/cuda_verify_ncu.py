@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import json
 
 import cuda_verify as cv
-import cuda_verify_cold_sweep as cs
 import mlx.core as mx
+import sweep_points as sp
 
 REPS = 3
 
@@ -247,13 +247,13 @@ def main(argv=None) -> int:
             paths = [("stock", cv.stock)]
             best = ((cold or {}).get("shapes", {}).get(f"{op}/{dt_name}") or {}).get("best_m8")
             if best:
-                p = cs.tile_of(best)
+                p = sp.tile_of(best)
                 paths.append((f"cold-best {p}", cv.custom_fn("mma_weights_a", p)))
             for p in json.loads(args.tiles) if args.tiles else []:
                 paths.append((f"tile {p}", cv.custom_fn("mma_weights_a", p)))
             if args.points:
-                for pt in cs.selected(cs.POINTS[op], args.no_ring, args.no_bulk):
-                    p = cs.as_params(pt)
+                for pt in sp.selected(sp.POINTS[op], args.no_ring, args.no_bulk):
+                    p = sp.as_params(pt)
                     paths.append((f"tile {p}", cv.custom_fn("mma_weights_a", p)))
             for m in (int(v) for v in args.ms.split(",")):
                 x = (mx.random.normal((m, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)

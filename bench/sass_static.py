@@ -2,7 +2,7 @@
 
     python bench/sass_static.py [--out bench/results/sass_static.json] [--ms 8,16]
 
-For every tile of ``bench/cuda_verify_cold_sweep.POINTS`` (gate/up and down, bf16 and fp16,
+For every tile of ``bench/sweep_points.POINTS`` (gate/up and down, bf16 and fp16,
 each M): nvcc's cubin for sm_90a as MLX would build it, ptxas' registers and spills, the
 blocks an SM holds by sm_90's limits (65536 registers allocated per warp in 256s, 64 warps,
 32 blocks, 228 KiB of shared memory with 1 KiB a block reserved), and from nvdisasm the
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import cuda_verify_cold_sweep as cs
+import sweep_points as sp
 from cuda_verify import SHAPES
 
 from kernels import cuda, cuda_offline
@@ -99,8 +99,8 @@ def tile_row(op: str, dtype: str, m: int, params: dict) -> dict:
 def run(ms: list[int], dtypes=("bfloat16", "float16"), points=None) -> dict:
     rows = []
     for op in ("gate_up", "down"):
-        for pt in (points or cs.POINTS)[op]:
-            p = cs.as_params(pt)
+        for pt in (points or sp.POINTS)[op]:
+            p = sp.as_params(pt)
             for dtype in dtypes:
                 for m in ms:
                     rows.append(tile_row(op, dtype, m, p))

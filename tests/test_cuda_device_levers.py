@@ -34,7 +34,7 @@ def _case(k: int, n: int, dtype):
 @pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
 @pytest.mark.parametrize("k,n,tile", [(5120, 2048, (32, 4)), (17408, 512, (16, 8))])
 def test_every_lever_equals_the_plain_register_pipeline_bit_for_bit(dtype, k, n, tile):
-    import cuda_verify_cold_sweep as cs
+    import sweep_points as sp
 
     qw = _case(k, n, dtype)
     levers = [{"prefetch": 1, "unroll": 1}, {"prefetch": 1, "unroll": 2}]
@@ -43,7 +43,7 @@ def test_every_lever_equals_the_plain_register_pipeline_bit_for_bit(dtype, k, n,
     base = {"n_tile": tile[0], "k_groups": tile[1]}
     for m in (1, 8, 16):
         x = (mx.random.normal((m, k), key=mx.random.key(m)) / k ** 0.25).astype(dtype)
-        y0 = cuda.launch(NAME, x, qw, cs.register_twin(base))
+        y0 = cuda.launch(NAME, x, qw, sp.register_twin(base))
         for lever in levers:
-            y = cuda.launch(NAME, x, qw, {**cs.register_twin(base), **lever})
+            y = cuda.launch(NAME, x, qw, {**sp.register_twin(base), **lever})
             assert mx.array_equal(y, y0).item(), (m, lever)

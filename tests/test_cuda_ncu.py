@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import cuda_verify as cv
 import cuda_verify_ncu as cvn
 import regen_sm90_table as regen
+import sweep_points as sp
 from cuda_verify_report import ncu_chain_lines
 
 from kernels import cuda_offline
@@ -214,28 +215,24 @@ def test_an_m16_tile_is_chosen_only_from_tiles_checked_at_m16():
 def test_the_sweep_and_the_ncu_run_drop_the_same_points():
     """``--no-ring`` drops the cp.async ring's tiles but not the bulk pipeline's (which also has
     stages); ``--no-bulk`` (a failed bulk smoke test) drops the bulk pipeline's."""
-    import cuda_verify_cold_sweep as cs
-
     ring, bulk, plain = (32, 4, 1, 0, 3), ((32, 4, 1, 0, 6), {"bulk": 1}), (32, 4, 2, 0, 0)
     pts = [ring, bulk, plain]
-    assert cs.selected(pts) == pts
-    assert cs.selected(pts, no_ring=True) == [bulk, plain]
-    assert cs.selected(pts, no_bulk=True) == [ring, plain]
-    assert cs.selected(pts, True, True) == [plain]
+    assert sp.selected(pts) == pts
+    assert sp.selected(pts, no_ring=True) == [bulk, plain]
+    assert sp.selected(pts, no_bulk=True) == [ring, plain]
+    assert sp.selected(pts, True, True) == [plain]
 
 
 def test_the_reference_of_every_sweep_point_is_the_plain_register_pipeline():
     """A point must equal the plain register pipeline at its (n_tile, k_groups) bit for bit;
     the reference takes every other key from the variant's defaults, so a lever added later
     (``hi_in_place``) is never in both sides of the check."""
-    import cuda_verify_cold_sweep as cs
-
-    for op in cs.POINTS:
-        for pt in cs.POINTS[op]:
-            p = cs.as_params(pt)
-            assert cs.register_twin(p) == {**DEFAULTS, "n_tile": p["n_tile"],
+    for op in sp.POINTS:
+        for pt in sp.POINTS[op]:
+            p = sp.as_params(pt)
+            assert sp.register_twin(p) == {**DEFAULTS, "n_tile": p["n_tile"],
                                            "k_groups": p["k_groups"], "unroll": 1}
-    assert any(cs.as_params(pt).get("hi_in_place") for pt in cs.POINTS["gate_up"])
+    assert any(sp.as_params(pt).get("hi_in_place") for pt in sp.POINTS["gate_up"])
 
 
 @pytest.mark.skipif(cuda_offline.nvcc() is None, reason="nvcc is not on PATH")
@@ -244,13 +241,11 @@ def test_every_tile_of_the_next_sweep_compiles_for_sm90_without_spills(op):
     """The next device session runs these blind of any compiler but NVRTC's: each tile of
     ``POINTS`` must assemble for sm_90 in fp16 at M=8 and 16 with no register spilled (a
     spill would be timed, not found), and bf16 refuses ``hi_in_place`` before any launch."""
-    import cuda_verify_cold_sweep as cs
-
     from kernels import cuda
 
     k, n = cv.SHAPES[op]
-    for pt in cs.POINTS[op]:
-        p = cs.as_params(pt)
+    for pt in sp.POINTS[op]:
+        p = sp.as_params(pt)
         for m in (8, 16):
             cfg = cuda.launch_config("mma_weights_a", m, k, n, 64, "float16", p)
             rep = cuda_offline.compile_launch("mma_weights_a", cfg)
@@ -265,9 +260,7 @@ def test_the_cold_sweeps_best_row_is_launched_with_every_lever_it_was_timed_with
     ``tile_of``: every key the variant takes, ``hi_in_place`` included, no timing."""
     row = {"n_tile": 32, "k_groups": 4, "unroll": 1, "prefetch": 1, "x_early": 0,
            "hi_in_place": 1, "us": 21.0, "ok": True, "exact_vs_register": True}
-    import cuda_verify_cold_sweep as cs
-
-    assert cs.tile_of(row) == {"n_tile": 32, "k_groups": 4, "unroll": 1, "prefetch": 1,
+    assert sp.tile_of(row) == {"n_tile": 32, "k_groups": 4, "unroll": 1, "prefetch": 1,
                                 "x_early": 0, "hi_in_place": 1}
 
 
@@ -408,7 +401,7 @@ def test_check_only_flags_a_lever_that_changes_the_output_and_renders_without_ti
         ys = mx.quantized_matmul(x, qw.wq, qw.scales, qw.biases, transpose=True,
                                  group_size=64, bits=4)
         twins: dict = {}
-        base = cs.as_params((32, 1, 1, 0, 0))
+        base = sp.as_params((32, 1, 1, 0, 0))
         rows = [cs.check_point({**base, **extra}, x, qw, ys, twins)
                 for extra in ({}, {"prefetch": 1}, {"hi_in_place": 1}, {"k_groups": 3})]
     finally:

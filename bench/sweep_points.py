@@ -1,0 +1,178 @@
+"""The tiles the cold sweeps of ``mma_weights_a`` ran, one set a run, and the next set.
+
+Data, kept apart from the sweep (bench/cuda_verify_cold_sweep.py) that runs it: each earlier
+set is the record of what a run in bench/results/h200/ timed, with the tree it needed; the
+``POINTS`` set is the next device session's, in priority order. The helpers turn a point into
+the params a launch takes, and a sweep row back into its tile.
+"""
+
+from __future__ import annotations
+
+from kernels.variants import VARIANTS
+
+NAME = "mma_weights_a"
+# (n_tile, k_groups, unroll, prefetch, stages[, l2_prefetch[, x_early]]): the register
+# pipeline's tiles first, then the cp.async ring at 12-48 KiB of shared memory per block.
+# Ring tiles are chosen so that every block is resident at once (one wave): blocks per SM are
+# bounded by 228 KiB / (ring + 1 KiB) and by 64 warps, and N / n_tile blocks must fit 132 SMs.
+# The first run (2026-12-03 18:32 UTC, bench/results/h200/cuda_verify_cold_sweep.*) timed these
+# ring tiles at 28.6-43.4 us against 22.6-25.9 us for the register tiles, in batches.
+POINTS_2026_12_03 = {
+    "gate_up": [(32, 1, 1, 1, 0), (64, 2, 4, 0, 0), (32, 4, 2, 0, 0),
+                (32, 1, 1, 0, 8), (32, 2, 1, 0, 4), (32, 2, 1, 0, 6), (32, 4, 1, 0, 2),
+                (32, 4, 1, 0, 3), (64, 2, 1, 0, 4), (64, 4, 1, 0, 2), (16, 4, 1, 0, 4),
+                (16, 2, 1, 0, 8), (16, 1, 1, 0, 8), (16, 4, 1, 0, 2), (16, 2, 1, 0, 4),
+                (32, 2, 1, 0, 6, 256), (32, 4, 1, 0, 3, 256), (16, 2, 1, 0, 8, 256),
+                (16, 4, 1, 0, 4, 256)],
+    "down": [(64, 4, 2, 0, 0), (32, 4, 2, 1, 0), (32, 8, 1, 1, 0),
+             (32, 4, 1, 0, 4), (32, 4, 1, 0, 3), (32, 8, 1, 0, 2), (32, 2, 1, 0, 8),
+             (16, 8, 1, 0, 4), (16, 8, 1, 0, 3), (16, 8, 1, 0, 2), (16, 4, 1, 0, 8),
+             (16, 4, 1, 0, 4), (16, 2, 1, 0, 8), (64, 4, 1, 0, 2),
+             (16, 8, 1, 0, 4, 256), (16, 4, 1, 0, 8, 256), (32, 4, 1, 0, 4, 256)],
+}
+# The second set (2026-12-03 19:45 to 2026-12-04 15:25 UTC; the table's tiles were chosen from
+# it): the best tiles of that run, activations loaded early (x_early) in both pipelines, and for
+# down the tiles with at least 132 blocks (64-column tiles leave 52 of the 132 SMs idle when a
+# launch runs alone).
+POINTS_2026_12_04 = {
+    "gate_up": [(32, 4, 2, 0, 0), (32, 4, 2, 0, 0, 128, 1), (32, 2, 2, 0, 0, 128, 1),
+                (32, 4, 1, 1, 0, 128, 1), (64, 2, 4, 0, 0), (16, 8, 2, 0, 0),
+                (16, 8, 2, 0, 0, 128, 1), (64, 4, 1, 0, 2), (64, 2, 1, 0, 2, 128, 1),
+                (32, 4, 1, 0, 2, 128, 1), (32, 2, 1, 0, 4, 128, 1)],
+    "down": [(64, 4, 2, 0, 0), (32, 4, 2, 0, 0), (32, 4, 2, 0, 0, 128, 1), (32, 8, 2, 0, 0),
+             (32, 8, 2, 0, 0, 128, 1), (16, 8, 2, 0, 0), (16, 8, 2, 0, 0, 128, 1),
+             (32, 8, 1, 1, 0, 128, 1), (32, 8, 1, 0, 2), (16, 8, 1, 0, 4),
+             (32, 4, 1, 0, 2, 128, 1), (16, 8, 1, 0, 2, 128, 1)],
+}
+# Two more sets ran on 2026-12-04 and are kept only as records, with the code they needed
+# (removed after: neither moved the time; docs/KERNELS.md): at ebc2480, the shipped tiles with
+# ``l2_ahead`` (an L2 prefetch of the weights D K steps ahead) and ``min_blocks`` (launch
+# bounds), bench/results/h200/levers_*; at 8ed1b86, load cache policies (weights kept out of L1,
+# activations in it), bench/results/h200/ldpolicy_*.
+# A dict adds keys to the tuple's tile.
+GU, DN = (32, 4, 2, 0, 0, 128, 1), (16, 8, 2, 0, 0, 128, 1)
+# The first bulk run (2026-12-04 18:55 UTC, tree 63b15b5, bench/results/h200/bulk_small_*): the
+# shipped tiles, ``min_blocks`` 5 on gate/up, and the bulk pipeline with one or two K steps a
+# stage (64 or 128 B a bulk copy, a stage read into registers whole): every bulk tile bit for bit
+# right and 1.9-3.6x slower than the shipped tiles, batched (M=8: gate/up 52.0-77.1 us against
+# 27.7-28.1, down 60.1-102.5 against 32.3-36.3).
+POINTS_2026_12_04_BULK = {
+    "gate_up": [GU, (GU, {"min_blocks": 5}),
+                ((32, 4, 1, 0, 6), {"bulk": 1}), ((32, 4, 2, 0, 3), {"bulk": 1}),
+                ((32, 4, 1, 0, 4), {"bulk": 1}), ((32, 8, 1, 0, 4), {"bulk": 1}),
+                ((16, 8, 1, 0, 6), {"bulk": 1})],
+    "down": [DN, ((16, 8, 1, 0, 6), {"bulk": 1}), ((16, 8, 2, 0, 3), {"bulk": 1}),
+             ((32, 8, 1, 0, 4), {"bulk": 1}), ((32, 4, 2, 0, 3), {"bulk": 1}),
+             ((32, 8, 2, 0, 0, 128, 1))],
+}
+# The second bulk run (19:13 UTC, tree 91d8058, bench/results/h200/bulk_rows_*): larger copies
+# (a stage of ``unroll`` K steps, one copy of 64 x unroll bytes a row, read back one step at a
+# time) at grids of about one wave. Alone under ncu, gate/up bf16: 64 B copies 89.8 us, 128 B
+# 37.3-55.4, 256 B 39.4-42.3, 320 B 33.2-45.4, against 25.9 for the shipped tile.
+POINTS_2026_12_04_BULK_ROWS = {
+    "gate_up": [GU, ((32, 4, 1, 0, 4), {"bulk": 1}),
+                ((32, 2, 5, 0, 2), {"bulk": 1}), ((32, 2, 4, 0, 2), {"bulk": 1}),
+                ((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 2, 2, 0, 4), {"bulk": 1}),
+                ((16, 2, 2, 0, 4), {"bulk": 1}), ((32, 4, 5, 0, 2), {"bulk": 1})],
+    "down": [DN, ((32, 8, 2, 0, 0, 128, 1)), ((16, 8, 1, 0, 6), {"bulk": 1}),
+             ((16, 4, 2, 0, 4), {"bulk": 1}), ((16, 2, 4, 0, 3), {"bulk": 1})],
+}
+# The third bulk run (19:18 UTC, tree bf14742, bench/results/h200/bulk_packed_*): ``bulk`` = 2,
+# the weights packed so that a block's stage is ONE bulk copy (4-40 KB) instead of one a row,
+# at grids of about one wave, beside the shipped tiles and the second run's best row-copy tile.
+POINTS_2026_12_04_BULK_PACKED = {
+    "gate_up": [GU, ((16, 2, 5, 0, 3), {"bulk": 1}),
+                ((32, 4, 1, 0, 4), {"bulk": 2}), ((32, 4, 1, 0, 3), {"bulk": 2}),
+                ((32, 2, 1, 0, 4), {"bulk": 2}), ((16, 4, 1, 0, 4), {"bulk": 2}),
+                ((16, 4, 1, 0, 6), {"bulk": 2}), ((16, 2, 5, 0, 2), {"bulk": 2})],
+    "down": [DN, ((16, 8, 1, 0, 4), {"bulk": 2}), ((16, 8, 1, 0, 6), {"bulk": 2}),
+             ((16, 4, 1, 0, 6), {"bulk": 2}), ((16, 8, 2, 0, 3), {"bulk": 2})],
+}
+# The next sweep, after the one-LOP3 change (2026-12-04 20:10 UTC, docs/KERNELS.md): the shipped
+# tiles; the register tiles ncu timed faster than them after it, at M=16 (gate/up (32, 4, 1, 0,
+# x_early), down (32, 8, 1, 0, x_early)) and at M=8 (gate/up without x_early),
+# bench/results/h200/lop3_ncu_cold.*, which only a sweep's bit-exact check lets into the table;
+# and the cp.async ring again (loads in flight across a step's math without registers: the kernel
+# now waits on its loads in half of its stall samples), last timed before the change; the next
+# step's weights prefetched at unroll 1 (fewer registers than a prefetched batch); 64 columns a
+# warp at unroll 1 (half the activation loads a weight: 89 MB of them from L2 at M=16 with 32);
+# and the packed bulk pipeline, whose computing warps never wait on the weights and which tied the
+# register pipeline before the change made their math shorter; and for fp16, ``hi_in_place``
+# (22:00 UTC: one shift a weight word instead of three; nvcc for sm_90, gate/up's shipped
+# tile: 292 instructions a K step against 324, 111 registers against 115) on the shipped tiles
+# and the register tiles above (bf16 refuses it: those rows are errors, timed nowhere). First
+# after the shipped tiles, the prefetched batch at unroll 1 without x_early (22:00 UTC: the
+# batches now take turns instead of being copied, ~37 moves a K step fewer; 80 registers, 6
+# blocks an SM on gate/up, loads always in flight: bench/results/sass_static.md); for down, 17
+# K groups (136 K steps = 8 x 17): 8 steps a warp, 2 blocks of 17 warps an SM (34 warps against
+# the shipped tile's 16-24) in 1.21 waves; its sums' order differs, so its goldens would too.
+# Every tile here tiles at M=8 and 16. Run at M=8 and at --point-m 16; a point past the budget
+# is skipped, so the order is the priority.
+HI = {"hi_in_place": 1}
+POINTS = {
+    "gate_up": [GU, (GU, HI), (32, 4, 1, 1, 0), ((32, 4, 1, 1, 0), HI),
+                (32, 4, 1, 1, 0, 128, 1), ((32, 4, 1, 1, 0, 128, 1), HI),
+                (32, 4, 1, 0, 0, 128, 1), ((32, 4, 1, 0, 0, 128, 1), HI),
+                (32, 4, 2, 0, 0), (32, 8, 1, 0, 0, 128, 1), (64, 4, 1, 0, 0, 128, 1),
+                ((32, 4, 1, 0, 4), {"bulk": 2}), ((32, 4, 1, 0, 3), {"bulk": 2}),
+                (32, 4, 1, 0, 3), (32, 4, 1, 0, 4), (32, 2, 1, 0, 3, 128, 1), (32, 8, 1, 0, 2)],
+    "down": [DN, (DN, HI), (16, 8, 1, 1, 0), ((16, 8, 1, 1, 0), HI),
+             (16, 8, 1, 1, 0, 128, 1), ((16, 8, 1, 1, 0, 128, 1), HI),
+             (32, 8, 1, 0, 0, 128, 1), ((32, 8, 1, 0, 0, 128, 1), HI),
+             (32, 8, 2, 0, 0, 128, 1), (32, 4, 2, 0, 0, 128, 1),
+             ((16, 8, 1, 0, 4), {"bulk": 2}), (16, 17, 1, 0, 0), ((16, 17, 1, 0, 0), HI),
+             (16, 8, 1, 0, 3), (16, 8, 1, 0, 4), (32, 8, 1, 0, 2), (32, 4, 1, 0, 4)],
+}
+KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_early",
+        "min_blocks", "bulk")
+KEY_DEFAULTS = (128, 0, 0, 0)  # l2_prefetch, x_early, min_blocks, bulk when a tuple stops short
+# the tables' tile columns: every key the variant takes, those a dict adds included
+COLUMNS = tuple(VARIANTS[NAME].DEFAULTS)
+
+
+def as_params(pt) -> dict:
+    """A point: a tuple in KEYS order (the later keys default), or (tuple, {key: value})."""
+    extra = {}
+    if len(pt) == 2 and isinstance(pt[1], dict):
+        pt, extra = pt
+    p = dict(zip(KEYS, (*pt, *KEY_DEFAULTS[len(pt) - 5:])[:len(KEYS)], strict=True))
+    return {**p, **extra}
+
+
+def tile_of(row: dict) -> dict:
+    """A point's row as the tile it timed: every key the variant takes, none of the row's
+    timings (a fixed list of keys once dropped a lever added later: ``hi_in_place``)."""
+    return {key: row[key] for key in COLUMNS if key in row}
+
+
+def register_twin(params: dict) -> dict:
+    """The plain register pipeline (one K step a batch, every other key at its default) at
+    ``params``' (n_tile, k_groups): every pipeline and lever issues its mma sequence, so each
+    point must equal it bit for bit. Built from the variant's defaults, so that a key added
+    later cannot leak its lever into the reference."""
+    return {**VARIANTS[NAME].DEFAULTS, "n_tile": params["n_tile"],
+            "k_groups": params["k_groups"], "unroll": 1}
+
+
+def selected(points, no_ring: bool = False, no_bulk: bool = False) -> list:
+    """``points`` without the cp.async ring's tiles (``no_ring``; the bulk pipeline also has
+    ``stages`` but is not the ring) or the bulk pipeline's (``no_bulk``): the sweep and the ncu
+    run (cuda_verify_ncu.py --points) drop the same ones."""
+    def keep(pt) -> bool:
+        p = as_params(pt)
+        return not ((no_ring and p["stages"] and not p["bulk"]) or (no_bulk and p["bulk"]))
+    return [pt for pt in points if keep(pt)]
+
+
+# Two tiles a pipeline, smoke-tested in a process of their own before a sweep (h200.sh).
+RING_SMOKE = ((16, 2, 1, 0, 8), (32, 4, 1, 0, 3), (32, 4, 1, 0, 2, 128, 1),
+              (32, 4, 2, 0, 0, 128, 1))
+BULK_SMOKE = (((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 4, 1, 0, 4), {"bulk": 2}),
+              ((16, 8, 1, 0, 6), {"bulk": 2}), ((16, 2, 5, 0, 2), {"bulk": 2}))
+
+
+# Every set by the name ``--points`` takes (the sweep and the ncu run): the next, or a run's.
+SETS = {"next": POINTS, "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,
+        "2026-12-04-bulk-rows": POINTS_2026_12_04_BULK_ROWS,
+        "2026-12-04-bulk": POINTS_2026_12_04_BULK, "2026-12-04": POINTS_2026_12_04,
+        "2026-12-03": POINTS_2026_12_03}
