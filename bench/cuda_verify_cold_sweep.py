@@ -16,7 +16,9 @@ and a point that does not is not a candidate; every point is also held against s
 (max |diff| / max |y|). The tile chosen per shape and dtype is then checked against the
 portable contract and a float64 reference on a column slice (ulps, as bench/cuda_verify_sweep.py
 does) at M = 1, 8 and 16, and timed at those M beside stock, eager and compiled.
-Writes cuda_verify_cold_sweep.json and .md under --out, after every shape.
+Writes cuda_verify_cold_sweep.json and .md under --out, after every shape. ``--check-only``
+checks every point and times none (ncu times each alone; the choice uses ncu's times). The
+points are data: bench/sweep_points.py.
 """
 
 from __future__ import annotations
