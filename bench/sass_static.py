@@ -35,8 +35,10 @@ from cuda_verify import SHAPES
 
 from kernels import cuda, cuda_offline
 from kernels.tiling import TilingError
+from kernels.variants import VARIANTS
 
-NAME = "mma_weights_a"
+NAME = sp.NAME
+SMS = 132  # the H200's SMs, for the waves a grid takes
 REGS_PER_SM, MAX_WARPS, MAX_BLOCKS = 65536, 64, 32
 SMEM_PER_SM, SMEM_RESERVED = 228 * 1024, 1024
 NIBBLE_SHIFTS = ("0x4", "0x8", "0xc")
@@ -89,7 +91,7 @@ def tile_row(op: str, dtype: str, m: int, params: dict) -> dict:
     return {**row, "registers": rep.registers, "spill_bytes": rep.spill_bytes,
             "smem_bytes": smem, "threads": cfg.threads, "blocks": cfg.grid // cfg.threads,
             "blocks_per_sm": b, "warps_per_sm": b * cfg.threads // 32,
-            "waves": round(cfg.grid // cfg.threads / (132 * b), 2) if b else None,
+            "waves": round(cfg.grid // cfg.threads / (SMS * b), 2) if b else None,
             "loop_k_steps": steps,
             "per_k_step": {kk: round(v / steps, 1) for kk, v in kinds.items()} if steps else {},
             "per_weight_pair": round(sum(kinds.values()) / steps / pairs_a_step, 2)
@@ -115,8 +117,8 @@ SHORT = {"n_tile": "n", "k_groups": "kg", "unroll": "u", "prefetch": "pf", "stag
 
 
 def tile_label(p: dict) -> str:
-    from kernels.variants import VARIANTS
-
+    """The requested tile, short: its unroll as asked (kernels.cuda may shrink it to divide a
+    K group's steps; the row's loop_k_steps is what the loop does)."""
     d = VARIANTS[NAME].DEFAULTS
     core = f"{p['n_tile']}x{p['k_groups']} u{p['unroll']}"
     extra = [f"{SHORT.get(k, k)}{v}" for k, v in p.items()
