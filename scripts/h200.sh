@@ -314,7 +314,8 @@ case "$cmd" in
     ring=""
     case " $* " in *" --no-ring "*) ;; *)
       timeout 120 python3 bench/cuda_verify_cold_sweep.py --out /tmp/h200res --smoke 2>&1 \
-        | tee /tmp/h200res/cuda_verify_cold_sweep_smoke.log || ring="--no-ring";;
+        | tee /tmp/h200res/cuda_verify_cold_sweep_smoke.log \
+        || { ring="--no-ring"; touch /tmp/h200res/no_ring; };;  # ncucold reads it too
     esac
     bulk=""  # the bulk smoke runs once a machine: its verdict is kept in /tmp/h200res
     case " $* " in *" --no-bulk "*) ;; *)
@@ -351,7 +352,8 @@ case "$cmd" in
       python3 bench/cuda_verify_ncu.py \
       $([ -f /tmp/h200res/cuda_verify_cold_sweep.json ] \
         && echo --cold-sweep /tmp/h200res/cuda_verify_cold_sweep.json) --dtypes "${NCU_DTYPES:-bfloat16}" --reps 1 \
-      $([ -f /tmp/h200res/no_bulk ] && echo --no-bulk) "$@" > "$OUT/ncu_cold.csv" \
+      $([ -f /tmp/h200res/no_bulk ] && echo --no-bulk) \
+      $([ -f /tmp/h200res/no_ring ] && echo --no-ring) "$@" > "$OUT/ncu_cold.csv" \
       2> "$OUT/ncu_cold.err" || echo "ncu rc $?"
     python3 bench/cuda_verify_ncu.py --summarize "$OUT/ncu_cold.csv" | tee "$OUT/ncu_cold.md"
     ;;
