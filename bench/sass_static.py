@@ -54,9 +54,9 @@ def blocks_per_sm(registers: int, threads: int, smem: int) -> int:
 
 
 def classify(instruction: str) -> str:
-    op = cuda_offline.sass_opcode(instruction)
-    args = [a.strip() for a in instruction.split(",")]
-    if op == "SHF" and ".R.U32.HI" in instruction and len(args) > 2 and args[2] in NIBBLE_SHIFTS:
+    full, args = cuda_offline.sass_operands(instruction)
+    op = full.split(".")[0]
+    if full == "SHF.R.U32.HI" and len(args) > 2 and args[2] in NIBBLE_SHIFTS:
         return "dequant"
     if op == "LOP3" and len(args) > 4 and args[4] == "0xea":
         return "dequant"
@@ -77,9 +77,9 @@ def tile_row(op: str, dtype: str, m: int, params: dict) -> dict:
     except TilingError as e:
         return {**row, "refused": str(e)}
     header = cuda.kernel_header(NAME, cfg)
-    rep = cuda_offline.compile_sm90(NAME, dtype, cfg.template, header)
+    rep, cubin = cuda_offline.cubin_sm90(NAME, dtype, cfg.template, header)  # one nvcc run
     smem = max(rep.smem_bytes, cfg.shared_memory)
-    loop = cuda_offline.hot_loop(cuda_offline.sass_sm90(NAME, dtype, cfg.template, header))
+    loop = cuda_offline.hot_loop(cuda_offline.disassemble(cubin))
     # each dequantized pair is one HFMA2: the loop's K steps are its HFMA2s over a step's pairs
     pairs_a_step = 32 * cfg.template["COL_TILES"]
     hfma2 = sum(1 for i in loop if cuda_offline.sass_opcode(i) == "HFMA2")

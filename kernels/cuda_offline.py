@@ -86,20 +86,23 @@ def nvdisasm() -> str | None:
         import nvidia
     except ImportError:
         return None
-    for root in nvidia.__path__:
-        for exe in sorted(Path(root).glob("cu*/bin/nvdisasm"), reverse=True):
-            return str(exe)
-    return None
+    found = sorted((exe for root in nvidia.__path__ for exe in Path(root).glob("cu*/bin/nvdisasm")),
+                   reverse=True)
+    return str(found[0]) if found else None
 
 
 def sass_sm90(name: str, dtype: str, constants: dict, header: str | None = None) -> list[str]:
-    """The machine code of the translation unit for sm_90a, one instruction a line
-    (``[@P0] OPCODE.MODIFIERS operands``) and labels as ``.L_name:``, from nvdisasm on the
-    cubin ``compile_sm90`` builds: what a warp issues, which the PTX does not always show."""
+    """The machine code of the translation unit for sm_90a (``disassemble`` of
+    ``cubin_sm90``'s cubin): what a warp issues, which the PTX does not always show."""
+    return disassemble(cubin_sm90(name, dtype, constants, header)[1])
+
+
+def disassemble(cubin: bytes) -> list[str]:
+    """nvdisasm's reading of a cubin, one instruction a line (``[@P0] OPCODE.MODIFIERS
+    operands``) and labels as ``.L_name:``."""
     exe = nvdisasm()
     if exe is None:
         raise RuntimeError("nvdisasm is not on PATH (pip install nvidia-cuda-nvdisasm)")
-    _, cubin = _nvcc_sm90(name, dtype, constants, header, "-cubin")
     with tempfile.TemporaryDirectory() as tmp:
         f = Path(tmp) / "k.cubin"
         f.write_bytes(cubin)
@@ -118,11 +121,19 @@ _SASS_LINE = re.compile(r"\s*/\*[0-9a-f]{4,}\*/\s+([^;]*);")
 _SASS_LABEL = re.compile(r"^(\.L\w+:)")
 
 
+def sass_operands(instruction: str) -> tuple[str, list[str]]:
+    """(opcode with its modifiers, operands): ``@P0 LOP3.LUT R1, R2, 0xf, R3, 0xea, !PT`` ->
+    ("LOP3.LUT", ["R1", "R2", "0xf", "R3", "0xea", "!PT"]); the predicate is dropped."""
+    words = instruction.split(None, 2 if instruction.startswith("@") else 1)
+    if instruction.startswith("@"):
+        words = words[1:]
+    rest = words[1] if len(words) > 1 else ""
+    return words[0], [a.strip() for a in rest.split(",")] if rest else []
+
+
 def sass_opcode(instruction: str) -> str:
     """``@!P0 BRA `(.L_x_1)`` -> BRA; ``LOP3.LUT R1, ...`` -> LOP3."""
-    words = instruction.split()
-    op = words[1] if words[0].startswith("@") else words[0]
-    return op.split(".")[0]
+    return sass_operands(instruction)[0].split(".")[0]
 
 
 def hot_loop(sass: list[str], containing: str = "HMMA") -> list[str]:
@@ -149,9 +160,16 @@ def hot_loop(sass: list[str], containing: str = "HMMA") -> list[str]:
 def compile_sm90(name: str, dtype: str, constants: dict, header: str | None = None) -> PtxasReport:
     """nvcc -arch=sm_90a -cubin (MLX's JIT asks NVRTC for sm_90a on an H200); RuntimeError with
     nvcc's output when it does not compile."""
-    out, _ = _nvcc_sm90(name, dtype, constants, header, "-cubin", "--ptxas-options=-v")
+    return cubin_sm90(name, dtype, constants, header)[0]
+
+
+def cubin_sm90(name: str, dtype: str, constants: dict,
+               header: str | None = None) -> tuple[PtxasReport, bytes]:
+    """ptxas' report and the cubin of one nvcc run, for a caller that wants both (the static
+    report reads registers and machine code of every tile)."""
+    out, cubin = _nvcc_sm90(name, dtype, constants, header, "-cubin", "--ptxas-options=-v")
     regs = re.search(r"Used (\d+) registers", out)
     spill = re.search(r"(\d+) bytes spill stores", out)
     smem = re.search(r"(\d+) bytes smem", out)
     return PtxasReport(int(regs[1]) if regs else 0, int(spill[1]) if spill else 0,
-                       int(smem[1]) if smem else 0)
+                       int(smem[1]) if smem else 0), cubin

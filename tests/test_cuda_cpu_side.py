@@ -357,9 +357,7 @@ def _hot_loop_ops(dtype: str, params: dict) -> collections.Counter:
                                   cuda.kernel_header("mma_weights_a", cfg))
     ops = collections.Counter()
     for ins in cuda_offline.hot_loop(sass):
-        words = ins.split()
-        op = words[1] if words[0].startswith("@") else words[0]
-        args = [a.strip() for a in ins.split(",")]
+        op, args = cuda_offline.sass_operands(ins)
         ops[(op, args[2] if len(args) > 2 else "", args[4] if len(args) > 4 else "")] += 1
     return ops
 

@@ -344,7 +344,7 @@ def test_blocks_an_sm_follow_sm90s_limits():
 @pytest.mark.skipif(cuda_offline.nvcc() is None or cuda_offline.nvdisasm() is None,
                     reason="nvcc or nvdisasm is not on PATH")
 def test_the_static_sass_report_counts_the_loop_and_its_table_is_its_json():
-    """bench/sass_static.py on two tiles, and the committed report rendered from its JSON: the
+    """bench/sass_static.py on three tiles, and the committed report rendered from its JSON: the
     shipped gate/up tile issues 240 dequantization instructions a K step (64 pairs x 3.75) in
     bf16, 208 with fp16's ``hi_in_place``, and 16 mma; bf16 refuses ``hi_in_place``; the
     prefetched tile issues no more than the plain one but a few loop instructions."""
@@ -370,7 +370,7 @@ def test_the_static_sass_report_counts_the_loop_and_its_table_is_its_json():
 def test_check_only_flags_a_lever_that_changes_the_output_and_renders_without_timings(
         monkeypatch):
     """``--check-only``'s per-point check on a stand-in kernel (MLX's CUDA factory replaced by
-    an MLX computation, as tests/test_cuda_launch_cache.py does) whose output moves by one ulp
+    an MLX computation, as tests/test_cuda_launch_cache.py does) whose output moves by 2^-7
     under ``hi_in_place``: that point is not bit-exact against its register twin and not ok,
     the twin and a faithful lever are; a tile that does not tile is an error row. The check-only
     report renders with no ceiling and no timings."""
