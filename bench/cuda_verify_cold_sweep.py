@@ -37,10 +37,18 @@ import cuda_verify as cv
 import mlx.core as mx
 import sweep_points as sp
 from cuda_verify_report import cell
-from sweep_points import COLUMNS, NAME, POINTS, as_params, register_twin, selected, tile_of
+from sweep_points import (
+    COLUMNS,
+    POINTS,
+    as_params,
+    launch,
+    launch_of,
+    register_twin,
+    selected,
+    tile_of,
+)
 
 from devices.identity import current_device
-from kernels import cuda
 
 
 def rel_max(a: mx.array, b: mx.array) -> float:
@@ -49,17 +57,17 @@ def rel_max(a: mx.array, b: mx.array) -> float:
 
 
 def check_point(p: dict, x: mx.array, one, ys: mx.array, register_out: dict) -> dict:
-    """One point's row: its output against the plain register pipeline at its (n_tile,
-    k_groups), bit for bit (``register_out`` keeps each twin's output), and against stock
+    """One point's row: its output against its variant's plain register pipeline at its
+    (n_tile, k_groups), bit for bit (``register_out`` keeps each twin's output), and against stock
     (``ys``); a tile that fails to build or launch is a finding (``error``), not a stop."""
     row = dict(p)
     try:
-        y = cuda.launch(NAME, x, one, p)
+        y = launch(x, one, p)
         mx.eval(y)
         row["rel_vs_stock"] = rel_max(y, ys)
-        key = (p["n_tile"], p["k_groups"])
+        key = (launch_of(p)[0], p["n_tile"], p["k_groups"])  # each variant its own twin
         if key not in register_out:
-            y0 = cuda.launch(NAME, x, one, register_twin(p))
+            y0 = launch(x, one, register_twin(p))
             mx.eval(y0)
             register_out[key] = y0
         row["exact_vs_register"] = bool(mx.array_equal(y, register_out[key]).item())
@@ -138,7 +146,7 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
         row = check_point(p, x_pt, one, ys, register_out)
         if row.get("ok"):
             try:
-                t = cold_us(lambda x, q, p=p: cuda.launch(NAME, x, q, p), x_pt)
+                t = cold_us(lambda x, q, p=p: launch(x, q, p), x_pt)
                 row.update(us=t["us"], spread_us=[t["min_us"], t["max_us"]],
                            pct_ceiling=floor_us(point_m) / t["us"])
             except (ValueError, RuntimeError) as e:
@@ -159,7 +167,7 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
             if time.perf_counter() > deadline + 60:
                 break
             try:
-                cands.append((cold_us(lambda x, q, p=p: cuda.launch(NAME, x, q, p), x)["us"], p))
+                cands.append((cold_us(lambda x, q, p=p: launch(x, q, p), x)["us"], p))
             except (ValueError, RuntimeError) as e:
                 row.setdefault("errors", []).append(f"{p}: {str(e)[:200]}")
         if not cands:
@@ -168,7 +176,7 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
         cands.sort(key=lambda c: c[0])
         row["candidates"] = [{"us": u, **p} for u, p in cands]
         us, p = cands[0]
-        custom_c = mx.compile(cv.custom_fn(NAME, p))
+        custom_c = mx.compile(cv.custom_fn(*launch_of(p)))
         row.update(params=p, custom_eager_us=us,
                    custom_compiled_us=cold_us(
                        lambda x, q, f=custom_c: f(x, q.wq, q.scales, q.biases), x)["us"],
@@ -177,7 +185,7 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
         if chain:
             try:
                 a_stock = alone_us(lambda x, q: cv.stock(x, q.wq, q.scales, q.biases), x)
-                a_custom = alone_us(lambda x, q, p=p: cuda.launch(NAME, x, q, p), x)
+                a_custom = alone_us(lambda x, q, p=p: launch(x, q, p), x)
                 row.update(alone_stock_us=a_stock["us"], alone_custom_us=a_custom["us"],
                            alone_link_us=a_custom["link_us"],
                            alone_pct_ceiling=row["floor_us"] / a_custom["us"],
@@ -190,7 +198,8 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
         row["compiled_speedup_vs_stock"] = row["stock_us"] / row["custom_compiled_us"]
         row["eager_speedup_vs_stock"] = row["stock_us"] / row["custom_eager_us"]
         try:
-            row["check"] = check(NAME, x, one, p)
+            name, q = launch_of(p)
+            row["check"] = check(name, x, one, q)
         except Exception as e:  # noqa: BLE001 - recorded
             row["check_error"] = str(e)[:300]
         entry["final"].append(row)
@@ -213,11 +222,11 @@ def smoke(points=sp.RING_SMOKE) -> int:
             for pt in points:
                 p = as_params(pt)
                 try:
-                    y = cuda.launch(NAME, x, qw, p)
+                    y = launch(x, qw, p)
                 except ValueError as e:  # a ring too large for this M: nothing to check
                     print(f"smoke {op} M={m} {p}: {str(e)[-80:]}", flush=True)
                     continue
-                y0 = cuda.launch(NAME, x, qw, register_twin(p))
+                y0 = launch(x, qw, register_twin(p))
                 same = mx.array_equal(y, y0).item()
                 print(f"smoke {op} M={m} {p}: bit-exact {same}, rel vs stock "
                       f"{rel_max(y, cv.stock(x, qw.wq, qw.scales, qw.biases)):.2e}", flush=True)
@@ -237,7 +246,7 @@ def launch_floor(batch: int, reps: int) -> dict:
             "stock_qmm_us": cv.device_us(
                 lambda i: cv.stock(x, qw.wq, qw.scales, qw.biases), batch, reps)["us"],
             "mma_weights_a_us": cv.device_us(
-                lambda i: cuda.launch(NAME, x, qw, p), batch, reps)["us"]}
+                lambda i: launch(x, qw, p), batch, reps)["us"]}
 
 
 def render(res: dict) -> str:

@@ -221,8 +221,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ms", default="8", help="the M to launch (with --rows: '' for every row's)")
     ap.add_argument("--reps", type=int, default=REPS)
     ap.add_argument("--tiles", default=None, metavar="JSON",
-                    help="a JSON list of mma_weights_a params, each launched beside the "
-                         "committed tile (tiles the cold sweep does not list)")
+                    help="a JSON list of mma_weights_a params (another variant's with a "
+                         "\"variant\" key), each launched beside the committed tile (tiles "
+                         "the cold sweep does not list)")
     ap.add_argument("--summarize", default=None, metavar="CSV")
     ap.add_argument("--rows", default=None, metavar="JSON",
                     help="launch each row of bench/cuda_verify.py's JSON (its stock and its "
@@ -248,13 +249,13 @@ def main(argv=None) -> int:
             best = ((cold or {}).get("shapes", {}).get(f"{op}/{dt_name}") or {}).get("best_m8")
             if best:
                 p = sp.tile_of(best)
-                paths.append((f"cold-best {p}", cv.custom_fn("mma_weights_a", p)))
+                paths.append((f"cold-best {p}", cv.custom_fn(*sp.launch_of(p))))
             for p in json.loads(args.tiles) if args.tiles else []:
-                paths.append((f"tile {p}", cv.custom_fn("mma_weights_a", p)))
+                paths.append((f"tile {p}", cv.custom_fn(*sp.launch_of(p))))
             if args.points:
                 for pt in sp.selected(sp.POINTS[op], args.no_ring, args.no_bulk):
                     p = sp.as_params(pt)
-                    paths.append((f"tile {p}", cv.custom_fn("mma_weights_a", p)))
+                    paths.append((f"tile {p}", cv.custom_fn(*sp.launch_of(p))))
             for m in (int(v) for v in args.ms.split(",")):
                 x = (mx.random.normal((m, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)
                 mx.eval(x)

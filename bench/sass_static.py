@@ -9,7 +9,8 @@ blocks an SM holds by sm_90's limits (65536 registers allocated per warp in 256s
 instructions a warp issues per K step of 128 in the innermost loop that issues the mma (the K
 loop; for the bulk pipeline the loop over a stage's steps, so a stage's barrier wait is not in
 it), split into the dequantization (the nibble shifts, LOP3s, HADD2s and HFMA2s), the mma, the
-loads (global, shared, cp.async) and the rest.
+loads (global, shared, cp.async), the float32 FMAs of mma_group_sums' once-a-group scale and
+bias (the epilogue) and the rest. A point of another variant names it (``sweep_points``).
 
 Why, when only a device can time a tile: gate/up at M=8 issues 29% of an SM's cycles and
 waits on its loads in half of its stall samples (bench/results/h200/sass_shipped_tiles.md), so
@@ -64,27 +65,37 @@ def classify(instruction: str) -> str:
         return "dequant"
     if op == "HMMA":
         return "mma"
+    if op == "FFMA":  # mma_group_sums' scale and bias, once a group (mma_weights_a: none)
+        return "epilogue"
     if op in ("LDG", "LDS", "LDGSTS", "UBLKCP", "SYNCS", "LDSM"):
         return "load"
     return "other"
 
 
+def mma_a_k_step(name: str, template: dict) -> int:
+    """The mma a warp issues per K step of 128: 4 words x 2 per column tile and activation
+    tile, and mma_group_sums' sums of x (an mma pair a word and activation tile, A = ones)."""
+    m_tiles = -(-template["M_ROWS"] // 8)
+    return 8 * m_tiles * (template["COL_TILES"] + (name == "mma_group_sums"))
+
+
 def tile_row(op: str, dtype: str, m: int, params: dict) -> dict:
     k, n = SHAPES[op]
     row = {"shape": op, "dtype": dtype, "m": m, "params": params}
+    name, launch_params = sp.launch_of(params)
     try:
-        cfg = cuda.launch_config(NAME, m, k, n, 64, dtype, params)
+        cfg = cuda.launch_config(name, m, k, n, 64, dtype, launch_params)
     except TilingError as e:
         return {**row, "refused": str(e)}
-    header = cuda.kernel_header(NAME, cfg)
-    rep, cubin = cuda_offline.cubin_sm90(NAME, dtype, cfg.template, header)  # one nvcc run
+    header = cuda.kernel_header(name, cfg)
+    rep, cubin = cuda_offline.cubin_sm90(name, dtype, cfg.template, header)  # one nvcc run
     smem = max(rep.smem_bytes, cfg.shared_memory)
     loop = cuda_offline.hot_loop(cuda_offline.disassemble(cubin))
-    # each dequantized pair is one HFMA2: the loop's K steps are its HFMA2s over a step's pairs
+    # the loop's K steps: its mma over a step's (a count fixed by the tile)
     pairs_a_step = 32 * cfg.template["COL_TILES"]
-    hfma2 = sum(1 for i in loop if cuda_offline.sass_opcode(i) == "HFMA2")
-    steps = hfma2 / pairs_a_step
-    kinds = {"dequant": 0, "mma": 0, "load": 0, "other": 0}
+    hmma = sum(1 for i in loop if cuda_offline.sass_opcode(i) == "HMMA")
+    steps = hmma / mma_a_k_step(name, cfg.template)
+    kinds = {"dequant": 0, "mma": 0, "load": 0, "epilogue": 0, "other": 0}
     for i in loop:
         kinds[classify(i)] += 1
     b = blocks_per_sm(rep.registers, cfg.threads, smem)
@@ -119,11 +130,12 @@ SHORT = {"n_tile": "n", "k_groups": "kg", "unroll": "u", "prefetch": "pf", "stag
 def tile_label(p: dict) -> str:
     """The requested tile, short: its unroll as asked (kernels.cuda may shrink it to divide a
     K group's steps; the row's loop_k_steps is what the loop does)."""
-    d = VARIANTS[NAME].DEFAULTS
+    name = p.get(sp.VARIANT, NAME)
+    d = VARIANTS[name].DEFAULTS
     core = f"{p['n_tile']}x{p['k_groups']} u{p['unroll']}"
     extra = [f"{SHORT.get(k, k)}{v}" for k, v in p.items()
-             if k not in ("n_tile", "k_groups", "unroll") and v != d.get(k)]
-    return " ".join([core, *extra])
+             if k not in ("n_tile", "k_groups", "unroll", sp.VARIANT) and v != d.get(k)]
+    return " ".join([*([name] if name != NAME else []), core, *extra])
 
 
 def render(data: dict) -> str:
@@ -132,22 +144,23 @@ def render(data: dict) -> str:
             "counts, not executed totals); blocks an SM by sm_90's limits. "
             "`bench/sass_static.py`."), "",
            ("| shape | dtype | M | tile | regs | spill B | blocks an SM (warps) | waves | "
-            "instr / K step | dequant | mma | loads | other | instr / weight pair |"),
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "instr / K step | dequant | mma | loads | epilogue | other | instr / weight pair |"),
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in data["rows"]:
         lead = f"| {r['shape']} | {r['dtype']} | {r['m']} | {tile_label(r['params'])} |"
         if "refused" in r:
             out.append(f"{lead} refused: {r['refused'].split(': ', 1)[-1].split(' (')[0]} |"
-                       + " |" * 9)
+                       + " |" * 10)
             continue
         k = r["per_k_step"]
         total = sum(k.values()) if k else None
         out.append(
             f"{lead} {r['registers']} | {r['spill_bytes']} | {r['blocks_per_sm']} "
             f"({r['warps_per_sm']}) | {r['waves']} | {total:.0f} | {k['dequant']:.0f} | "
-            f"{k['mma']:.0f} | {k['load']:.0f} | {k['other']:.0f} | {r['per_weight_pair']} |"
+            f"{k['mma']:.0f} | {k['load']:.0f} | {k.get('epilogue', 0):.0f} | "
+            f"{k['other']:.0f} | {r['per_weight_pair']} |"
             if k else f"{lead} {r['registers']} | {r['spill_bytes']} | {r['blocks_per_sm']} "
-            f"({r['warps_per_sm']}) | {r['waves']} | no K loop |" + " |" * 5)
+            f"({r['warps_per_sm']}) | {r['waves']} | no K loop |" + " |" * 6)
     return "\n".join(out) + "\n"
 
 

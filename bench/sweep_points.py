@@ -1,4 +1,5 @@
-"""The tiles the cold sweeps of ``mma_weights_a`` ran, one set a run, and the next set.
+"""The tiles the cold sweeps of ``mma_weights_a`` ran, one set a run, and the next set (which
+also holds ``mma_group_sums``' tiles).
 
 Data, kept apart from the sweep (bench/cuda_verify_cold_sweep.py) that runs it: each earlier
 set is the record of what a run in bench/results/h200/ timed, with the tree it needed; the
@@ -11,6 +12,9 @@ from __future__ import annotations
 from kernels.variants import VARIANTS
 
 NAME = "mma_weights_a"
+# A point of another variant than NAME names it in its dict ({"variant": ...}); it takes the
+# tuple's keys that variant has (its register pipeline's: stages and bulk must be 0).
+VARIANT = "variant"
 # (n_tile, k_groups, unroll, prefetch, stages[, l2_prefetch[, x_early]]): the register
 # pipeline's tiles first, then the cp.async ring at 12-48 KiB of shared memory per block.
 # Ring tiles are chosen so that every block is resident at once (one wave): blocks per SM are
@@ -113,9 +117,18 @@ POINTS_2026_12_04_BULK_PACKED = {
 # reason each M's tile is chosen at that M.
 # Every tile here tiles at M=8 and 16. Run at M=8 and at --point-m 16; a point past the budget
 # is skipped, so the order is the priority.
+# And ``mma_group_sums`` (2026-12-05 00:00 UTC): stock's contract on the tensor cores, the LOP3
+# alone a nibble pair and a group's scale and bias applied once (nvcc for sm_90, gate/up's
+# shipped tile: 253 instructions a K step against 324, 130 registers against 115; at unroll 1
+# unprefetched 76 registers, 6 blocks an SM). Its levers are checked against its own plain
+# register pipeline; it is a new contract, so the table takes it only with new goldens.
 HI = {"hi_in_place": 1}
+GSUMS = {VARIANT: "mma_group_sums"}
 POINTS = {
     "gate_up": [GU, (GU, HI), (32, 4, 1, 1, 0), ((32, 4, 1, 1, 0), HI),
+                ((32, 4, 1, 0, 0), GSUMS), ((32, 4, 1, 0, 0, 128, 1), GSUMS), (GU, GSUMS),
+                ((32, 4, 1, 1, 0), GSUMS), ((16, 8, 2, 0, 0, 128, 1), GSUMS),
+                ((16, 8, 1, 0, 0), GSUMS),
                 (32, 4, 1, 1, 0, 128, 1), ((32, 4, 1, 1, 0, 128, 1), HI),
                 ((32, 4, 1, 1, 0), {"min_blocks": 5}), ((32, 4, 1, 0, 0), {"min_blocks": 6}),
                 (32, 4, 1, 0, 0, 128, 1), ((32, 4, 1, 0, 0, 128, 1), HI),
@@ -123,6 +136,8 @@ POINTS = {
                 ((32, 4, 1, 0, 4), {"bulk": 2}), ((32, 4, 1, 0, 3), {"bulk": 2}),
                 (32, 4, 1, 0, 3), (32, 4, 1, 0, 4), (32, 2, 1, 0, 3, 128, 1), (32, 8, 1, 0, 2)],
     "down": [DN, (DN, HI), (16, 8, 1, 1, 0), ((16, 8, 1, 1, 0), HI),
+             ((16, 8, 1, 0, 0), GSUMS), (DN, GSUMS), ((16, 8, 1, 1, 0), GSUMS),
+             ((16, 17, 1, 0, 0), GSUMS), ((32, 8, 1, 0, 0), GSUMS),
              (16, 8, 1, 1, 0, 128, 1), ((16, 8, 1, 1, 0, 128, 1), HI),
              (32, 8, 1, 0, 0, 128, 1), ((32, 8, 1, 0, 0, 128, 1), HI),
              (32, 8, 2, 0, 0, 128, 1), (32, 4, 2, 0, 0, 128, 1),
@@ -132,8 +147,9 @@ POINTS = {
 KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_early",
         "min_blocks", "bulk")
 KEY_DEFAULTS = (128, 0, 0, 0)  # l2_prefetch, x_early, min_blocks, bulk when a tuple stops short
-# the tables' tile columns: every key the variant takes, those a dict adds included
-COLUMNS = tuple(VARIANTS[NAME].DEFAULTS)
+# the tables' tile columns: the variant, then every key a swept variant takes
+COLUMNS = (VARIANT, *dict.fromkeys(key for name in (NAME, "mma_group_sums")
+                                   for key in VARIANTS[name].DEFAULTS))
 
 
 def as_params(pt) -> dict:
@@ -141,8 +157,31 @@ def as_params(pt) -> dict:
     extra = {}
     if len(pt) == 2 and isinstance(pt[1], dict):
         pt, extra = pt
-    p = dict(zip(KEYS, (*pt, *KEY_DEFAULTS[len(pt) - 5:])[:len(KEYS)], strict=True))
-    return {**p, **extra}
+    p = {**dict(zip(KEYS, (*pt, *KEY_DEFAULTS[len(pt) - 5:])[:len(KEYS)], strict=True)),
+         **extra}
+    name = p.get(VARIANT, NAME)
+    if name == NAME:
+        return p
+    taken = VARIANTS[name].DEFAULTS
+    base = VARIANTS[NAME].DEFAULTS  # a key it lacks must be at the tuple's plain value
+    dropped = {key: v for key, v in p.items()
+               if key not in taken and key != VARIANT and v != base[key]}
+    if dropped:
+        raise ValueError(f"{name} takes no {dropped}: point {pt}")
+    return {key: v for key, v in p.items() if key in taken or key == VARIANT}
+
+
+def launch_of(params: dict) -> tuple[str, dict]:
+    """(variant, its params) of a point's params, as ``cuda.launch`` takes them."""
+    p = dict(params)
+    return p.pop(VARIANT, NAME), p
+
+
+def launch(x, qw, params: dict):
+    """``cuda.launch`` of a point (imported here: the sweep's CPU helpers need no MLX CUDA)."""
+    from kernels import cuda
+    name, p = launch_of(params)
+    return cuda.launch(name, x, qw, p)
 
 
 def tile_of(row: dict) -> dict:
@@ -152,12 +191,14 @@ def tile_of(row: dict) -> dict:
 
 
 def register_twin(params: dict) -> dict:
-    """The plain register pipeline (one K step a batch, every other key at its default) at
-    ``params``' (n_tile, k_groups): every pipeline and lever issues its mma sequence, so each
-    point must equal it bit for bit. Built from the variant's defaults, so that a key added
-    later cannot leak its lever into the reference."""
-    return {**VARIANTS[NAME].DEFAULTS, "n_tile": params["n_tile"],
+    """The plain register pipeline (one K step a batch, every other key at its default) of the
+    point's variant at ``params``' (n_tile, k_groups): every pipeline and lever issues its mma
+    sequence, so each point must equal it bit for bit. Built from the variant's defaults, so
+    that a key added later cannot leak its lever into the reference."""
+    name, _ = launch_of(params)
+    twin = {**VARIANTS[name].DEFAULTS, "n_tile": params["n_tile"],
             "k_groups": params["k_groups"], "unroll": 1}
+    return twin if name == NAME else {VARIANT: name, **twin}
 
 
 def selected(points, no_ring: bool = False, no_bulk: bool = False) -> list:

@@ -96,8 +96,8 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
             f"holds a nibble at bits 0-3 only)")
     # the register batch holds UNROLL steps in registers; a bulk stage holds them in shared
     # memory and reads one step at a time, so there any divisor of the group's steps will do
-    unroll = next(u for u in (range(want, 0, -1) if bulk else (4, 2, 1))
-                  if u <= want and group_steps % u == 0)
+    unroll = (next(u for u in range(want, 0, -1) if group_steps % u == 0) if bulk
+              else _batch_unroll(want, group_steps))
     template = {"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups, "UNROLL": unroll,
                 "PREFETCH": bool(int(p["prefetch"])), "STAGES": stages,
                 "L2_PREFETCH": int(p.get("l2_prefetch", 128)), "X_EARLY": bool(x_early),
@@ -114,6 +114,29 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
             f"{p}: its cp.async ring ({ring} B) exceeds the 48 KiB of static shared memory")
     return LaunchConfig(template, (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype,
                         min_blocks)
+
+
+def _batch_unroll(want: int, group_steps: int) -> int:
+    """The register batch's K steps: the largest of 4, 2, 1 not above ``want`` that divides a
+    K group's steps."""
+    return next(u for u in (4, 2, 1) if u <= want and group_steps % u == 0)
+
+
+def _group_sums_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
+                       p: dict) -> LaunchConfig:
+    """``mma_group_sums``: the register pipeline of ``_weights_a_config`` (its ``unroll`` rule),
+    for groups that never span two K steps (the epilogue runs after a group's last word)."""
+    if group_size not in VARIANTS[name].GROUP_SIZES:
+        raise tiling.TilingError(
+            f"{name} does not tile group_size={group_size}: a group must lie inside one K step "
+            f"of 128 (group sizes {', '.join(map(str, VARIANTS[name].GROUP_SIZES))})")
+    n_tile, k_groups = int(p["n_tile"]), int(p["k_groups"])
+    unroll = _batch_unroll(int(p["unroll"]), k // 128 // k_groups)
+    template = {"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups, "UNROLL": unroll,
+                "PREFETCH": bool(int(p["prefetch"])), "X_EARLY": bool(int(p["x_early"])),
+                "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"}
+    return LaunchConfig(template, (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype,
+                        int(p["min_blocks"]))
 
 
 # Dynamic shared memory a block may take on sm_90: 227 KiB with the static kind, of which this
@@ -181,6 +204,7 @@ def _split_k_config(name: str, m: int, k: int, n: int, group_size: int, dtype: s
 
 
 _CONFIGS = {"mma": _mma_config, "mma_weights_a": _weights_a_config,
+            "mma_group_sums": _group_sums_config,
             "contiguous": _split_k_config, "interleaved": _split_k_config}
 
 
@@ -210,7 +234,7 @@ def _launch_config(name: str, m: int, k: int, n: int, group_size: int, dtype: st
 # Variants whose CUDA source reads scales and biases as 16-bit words of the activation type
 # (``reinterpret_cast<const uint16_t*>``, decoded by IS_BF16): they must arrive in that dtype.
 # The others read them through ``static_cast<float>`` of their own type, in any dtype.
-_SCALES_IN_ACTIVATION = frozenset({"mma_weights_a"})
+_SCALES_IN_ACTIVATION = frozenset({"mma_weights_a", "mma_group_sums"})
 
 
 class Launcher:

@@ -156,8 +156,11 @@ def regenerate(table: dict, results: dict, results_name: str) -> tuple[dict, lis
     return {**table, "entries": entries}, decisions
 
 
-# The tile keys of mma_weights_a written into an entry (the pipeline keys only when not default).
+# The tile keys written into an entry (the pipeline keys only when not default), and the key a
+# launch label names another variant than the entry's default candidate with.
 CORE_KEYS = ("n_tile", "k_groups", "unroll", "prefetch")
+VARIANT_KEY = "variant"
+SWEPT = "mma_weights_a"  # a label without VARIANT_KEY is one of its tiles
 
 
 def _tile_from_label(label: str) -> dict | None:
@@ -173,20 +176,26 @@ def _tile_from_label(label: str) -> dict | None:
     return p if isinstance(p, dict) else None
 
 
-def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict, defaults: dict,
-                 source: str) -> tuple[dict, dict]:
+def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict,
+                 defaults: dict[str, dict], source: str) -> tuple[dict, dict]:
     """(table with the gate_up/down sm_90 tiles chosen by ncu time alone, the record), at
     every M the launches were timed at (an entry per M: the tile that serves M=8 best need not
-    serve M=16 best).
+    serve M=16 best). A tile may be of any variant the sweep runs (its label's and its row's
+    ``variant`` key, else mma_weights_a): the entry takes the fastest's variant.
     ``launches``: bench/cuda_verify_ncu.py's ``parse`` of the CSV (label, name), each with
     its kernel time ``us``;
     ``cold_sweep``: the cold sweeps' shapes, keyed "op/dtype" or, for a sweep at another M
     than 8, "op/dtype/M" (its tiles were checked at that M);
-    ``defaults``: mma_weights_a's DEFAULTS (tiles are compared with them filled in)."""
+    ``defaults``: each swept variant's DEFAULTS (tiles are compared with them filled in)."""
     import statistics
 
-    def full(p: dict) -> tuple:
-        return tuple(sorted({**defaults, **p}.items()))
+    def full(p: dict) -> tuple | None:
+        name = p.get(VARIANT_KEY, SWEPT)
+        if name not in defaults:
+            return None
+        d = defaults[name]
+        return tuple(sorted({**d, **{kk: v for kk, v in p.items() if kk in d},
+                             VARIANT_KEY: name}.items()))
 
     times: dict[tuple, dict[tuple, list[float]]] = {}
     stock: dict[tuple, list[float]] = {}
@@ -200,7 +209,7 @@ def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict, defaults: 
             stock.setdefault(key, []).append(us)
             continue
         p = _tile_from_label(head[3])
-        if p is not None and "dflash2" in k["name"]:
+        if p is not None and "dflash2" in k["name"] and full(p) is not None:
             times.setdefault(key, {}).setdefault(full(p), []).append(us)
     record: dict = {"source": source, "method": "ncu --cache-control all, each launch alone; "
                     "median over a tile's launches; only tiles the cold sweep ran at that M and "
@@ -211,7 +220,7 @@ def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict, defaults: 
         cand = e.get("candidate") or {"variant": e["variant"], "params": e.get("params", {})}
         key = ((e["shapes"][0], e["dtypes"][0], int(e["M"]))
                if len(e["shapes"]) == len(e["dtypes"]) == 1 else None)
-        if DEVICE not in e["devices"] or key not in times or cand["variant"] != "mma_weights_a":
+        if DEVICE not in e["devices"] or key not in times or cand["variant"] not in defaults:
             entries.append(e)
             continue
         label = "/".join(map(str, key))
@@ -219,9 +228,8 @@ def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict, defaults: 
         sweep = (swept.get(label) or (swept.get(f"{key[0]}/{key[1]}") if key[2] == 8 else None)
                  or {}).get("points", [])
         # only a tile the cold sweep ran at this M and found exact (skipped: unchecked)
-        good = {full({kk: v for kk, v in pt.items() if kk in defaults}) for pt in sweep
-                if pt.get("ok")}
-        shipped = full(cand["params"])
+        good = {full(pt) for pt in sweep if pt.get("ok")} - {None}
+        shipped = full({**cand["params"], VARIANT_KEY: cand["variant"]})
         tiles = {t: statistics.median(v) for t, v in times[key].items()
                  if t in good or t == shipped}
         if not set(tiles) - {shipped}:  # nothing checked to choose from: left as it is
@@ -231,22 +239,25 @@ def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict, defaults: 
             continue
         best = min(tiles, key=tiles.get)
         bp = dict(best)
+        variant = bp.pop(VARIANT_KEY)
         params = {kk: bp[kk] for kk in CORE_KEYS}
-        params.update({kk: v for kk, v in bp.items() if kk not in CORE_KEYS and v != defaults[kk]})
+        params.update({kk: v for kk, v in bp.items()
+                       if kk not in CORE_KEYS and v != defaults[variant][kk]})
         stock_us = statistics.median(stock[key]) if key in stock else None
         note = (f"tile chosen by ncu time alone ({source}): {tiles[best]:.1f} us"
                 + (f" vs stock {stock_us:.1f} us" if stock_us else "")
                 + (f"; previous tile {tiles[shipped]:.1f} us" if shipped in tiles else ""))
         new = dict(e)
         if e["variant"] == "stock":
-            new["candidate"] = {"variant": "mma_weights_a", "params": params}
+            new["candidate"] = {"variant": variant, "params": params}
         else:
-            new["params"] = params
+            new["variant"], new["params"] = variant, params
         new["chosen"] = note
         entries.append(new)
         record["choices"][label] = {
-            "chosen": params, "us": tiles[best], "stock_us": stock_us,
-            "previous": dict(cand["params"]), "previous_us": tiles.get(shipped),
+            "chosen": params, "variant": variant, "us": tiles[best], "stock_us": stock_us,
+            "previous": dict(cand["params"]), "previous_variant": cand["variant"],
+            "previous_us": tiles.get(shipped),
             "tiles": sorted(({"params": dict(t), "us": u} for t, u in tiles.items()),
                             key=lambda r: r["us"]),
             "excluded_unchecked": [dict(t) for t in times[key] if t not in tiles]}
@@ -312,7 +323,7 @@ def _choose(args) -> int:
     sys.path.insert(0, str(ROOT / "bench"))
     from cuda_verify_ncu import duration_us, parse
 
-    from kernels.variants.mma_weights_a import DEFAULTS
+    from kernels.variants import VARIANTS
     try:
         csv_path = Path(args.choose_from_ncu)
         launches = [{**k, "us": duration_us(k)} for k in parse(csv_path.read_text())]
@@ -326,13 +337,14 @@ def _choose(args) -> int:
     except (OSError, json.JSONDecodeError) as e:
         print(f"regen_sm90_table: cannot read {e}", file=sys.stderr)
         return 2
-    new, record = choose_tiles(table, launches, cold, DEFAULTS, csv_path.name)
+    swept = {name: VARIANTS[name].DEFAULTS for name in (SWEPT, "mma_group_sums")}
+    new, record = choose_tiles(table, launches, cold, swept, csv_path.name)
     for key, c in record["choices"].items():
         if "skipped" in c:
             print(f"{key}: unchanged ({c['skipped']})")
             continue
         prev = f"{c['previous_us']:.1f}" if c["previous_us"] else "-"
-        print(f"{key}: {c['chosen']} {c['us']:.1f} us alone (stock {c['stock_us']}, previous "
+        print(f"{key}: {c['variant']} {c['chosen']} {c['us']:.1f} us alone (stock {c['stock_us']}, previous "
               f"tile {c['previous']} {prev} us; {len(c['tiles'])} tiles)")
     Path(args.out or args.table).write_text(render(new))
     if args.choice_out:

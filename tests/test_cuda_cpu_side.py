@@ -403,7 +403,7 @@ def test_a_nibble_at_bits_4_to_7_in_the_mantissa_of_64_is_64_plus_q_in_fp16():
     FMA after it sees the same operand and the kernel's output cannot change."""
     src = VARIANTS["mma_weights_a"].CUDA_HEADER
     magic = int(re.search(r"HIGH \? (0x[0-9A-Fa-f]+)u", src)[1], 16)
-    mask = int(re.search(r'"n"\(HIGH \? (0x[0-9A-Fa-f]+) :', src)[1], 16)
+    mask = int(re.search(r"dflash2_or_magic<HIGH \? (0x[0-9A-Fa-f]+)u", src)[1], 16)
     assert (magic, mask) == (0x54005400, 0x00F000F0)  # read from the source the kernel runs
     lo = np.arange(1 << 16, dtype=np.uint32)
     words = lo | (lo[::-1] << 16)  # every low half, beside a high half that differs

@@ -25,11 +25,14 @@ import sweep_points as sp
 from cuda_verify_report import ncu_chain_lines
 
 from kernels import cuda_offline
+from kernels.variants import VARIANTS
 from kernels.variants.mma_weights_a import DEFAULTS
 
 # The first ncu run (2026-12-03 18:38 UTC): bf16 at M=8, per shape stock, the shipped tile and the
 # cold sweep's best, one launch each, with the SpeedOfLight/Occupancy/WarpStateStats sections.
 NCU_COLD = H200 / "previous_ncu_cold.csv"
+# the chooser's defaults: each variant the sweep runs
+SWEPT = {name: VARIANTS[name].DEFAULTS for name in ("mma_weights_a", "mma_group_sums")}
 
 
 def _as_rows_csv(text: str) -> str:
@@ -136,7 +139,7 @@ def test_the_m8_tile_is_the_fastest_alone_and_exact():
             e.pop("candidate", None)
     # the first cold sweep (2026-12-03 18:32 UTC) ran and checked the gate_up bf16 tiles
     cold = json.loads((H200 / "previous_cuda_verify_cold_sweep.json").read_text())
-    new, rec = regen.choose_tiles(table, _launches(), cold, DEFAULTS, "ncu_cold.csv")
+    new, rec = regen.choose_tiles(table, _launches(), cold, SWEPT, "ncu_cold.csv")
     c = rec["choices"]["gate_up/bfloat16/8"]
     assert c["chosen"] == {"n_tile": 32, "k_groups": 4, "unroll": 2, "prefetch": 0}
     assert c["us"] == pytest.approx(27.648) and c["previous_us"] == pytest.approx(50.56)
@@ -148,7 +151,7 @@ def test_the_m8_tile_is_the_fastest_alone_and_exact():
                      "ok": False}], [{**DEFAULTS, "n_tile": 32, "k_groups": 4, "unroll": 2,
                                       "prefetch": 0, "skipped": "time budget"}], []):
         bad = {"shapes": {"gate_up/bfloat16": {"points": points}}}
-        new, rec = regen.choose_tiles(table, _launches(), bad, DEFAULTS, "ncu_cold.csv")
+        new, rec = regen.choose_tiles(table, _launches(), bad, SWEPT, "ncu_cold.csv")
         assert "skipped" in rec["choices"]["gate_up/bfloat16/8"]
         assert new["entries"] == table["entries"]
 
@@ -175,7 +178,7 @@ def test_an_fp16_tile_with_hi_in_place_can_be_chosen_and_launched_from_the_table
                 {"label": f"gate_up float16 M=8 tile {hi}", "name": "dflash2_x", "us": 22.5}]
     cold = {"shapes": {"gate_up/float16": {"points": [
         {**DEFAULTS, **hi, "ok": True, "exact_vs_register": True, "us": 22.0}]}}}
-    new, rec = regen.choose_tiles(table, launches, cold, DEFAULTS, "synthetic")
+    new, rec = regen.choose_tiles(table, launches, cold, SWEPT, "synthetic")
     chosen = rec["choices"]["gate_up/float16/8"]["chosen"]
     assert chosen == {k: v for k, v in {**DEFAULTS, **hi}.items()
                       if k in regen.CORE_KEYS or v != DEFAULTS[k]}
@@ -185,6 +188,37 @@ def test_an_fp16_tile_with_hi_in_place_can_be_chosen_and_launched_from_the_table
     params = (ne.get("candidate") or ne)["params"]
     cfg = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "float16", params)
     assert cfg.template["HI_IN_PLACE"] is True
+
+
+def test_a_tile_of_another_variant_is_chosen_with_its_variant():
+    """A point of ``mma_group_sums`` goes through the sweep's row, ncu's label and the choice
+    with its variant: the entry then selects that variant with that variant's params (its
+    defaults left out), and a tile of it the sweep did not find exact is never chosen."""
+    from kernels import cuda
+
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    e = _gate_up_bf16(table, 8)
+    shipped = (e.get("candidate") or e)["params"]
+    gs = sp.as_params(((32, 4, 1, 0, 0), {"variant": "mma_group_sums"}))
+    launches = [{"label": "gate_up bfloat16 M=8 stock x2", "name": "qmm_sm80", "us": 88.0},
+                {"label": f"gate_up bfloat16 M=8 custom {shipped}", "name": "dflash2_x",
+                 "us": 24.0},
+                {"label": f"gate_up bfloat16 M=8 tile {gs}", "name": "dflash2_x", "us": 19.0}]
+    row = {**gs, "ok": True, "exact_vs_register": True}
+    new, rec = regen.choose_tiles(table, launches, {"shapes": {"gate_up/bfloat16": {
+        "points": [row]}}}, SWEPT, "synthetic")
+    c = rec["choices"]["gate_up/bfloat16/8"]
+    assert c["variant"] == "mma_group_sums" and c["previous_variant"] == "mma_weights_a"
+    assert c["chosen"] == {"n_tile": 32, "k_groups": 4, "unroll": 1, "prefetch": 0}
+    ne = _gate_up_bf16(new, 8)
+    assert ne["variant"] == "mma_group_sums" and ne["params"] == c["chosen"]
+    cfg = cuda.launch_config(ne["variant"], 8, 5120, 17408, 64, "bfloat16", ne["params"])
+    assert cfg.template["UNROLL"] == 1 and "STAGES" not in cfg.template
+    # the same tile of mma_weights_a checked is not this one: no choice
+    other = {kk: v for kk, v in row.items() if kk != "variant"}
+    new, rec = regen.choose_tiles(table, launches, {"shapes": {"gate_up/bfloat16": {
+        "points": [other]}}}, SWEPT, "synthetic")
+    assert "skipped" in rec["choices"]["gate_up/bfloat16/8"] and new["entries"] == table["entries"]
 
 
 def test_an_m16_tile_is_chosen_only_from_tiles_checked_at_m16():
@@ -200,11 +234,11 @@ def test_an_m16_tile_is_chosen_only_from_tiles_checked_at_m16():
         and e["dtypes"] == ["bfloat16"])] + [m16]
     at16 = [{**k, "label": k["label"].replace(" M=8 ", " M=16 ")} for k in _launches()]
     cold8 = json.loads((H200 / "previous_cuda_verify_cold_sweep.json").read_text())
-    new, rec = regen.choose_tiles(table, at16, cold8, DEFAULTS, "ncu_cold.csv")
+    new, rec = regen.choose_tiles(table, at16, cold8, SWEPT, "ncu_cold.csv")
     assert "skipped" in rec["choices"]["gate_up/bfloat16/16"]
     assert new["entries"] == table["entries"]
     cold16 = {"shapes": {f"{k}/16": {**e, "point_m": 16} for k, e in cold8["shapes"].items()}}
-    new, rec = regen.choose_tiles(table, at16, cold16, DEFAULTS, "ncu_cold.csv")
+    new, rec = regen.choose_tiles(table, at16, cold16, SWEPT, "ncu_cold.csv")
     c = rec["choices"]["gate_up/bfloat16/16"]
     assert c["chosen"] == {"n_tile": 32, "k_groups": 4, "unroll": 2, "prefetch": 0}
     e16 = _gate_up_bf16(new, 16)
@@ -227,12 +261,18 @@ def test_the_reference_of_every_sweep_point_is_the_plain_register_pipeline():
     """A point must equal the plain register pipeline at its (n_tile, k_groups) bit for bit;
     the reference takes every other key from the variant's defaults, so a lever added later
     (``hi_in_place``) is never in both sides of the check."""
+    variants = set()
     for op in sp.POINTS:
         for pt in sp.POINTS[op]:
             p = sp.as_params(pt)
-            assert sp.register_twin(p) == {**DEFAULTS, "n_tile": p["n_tile"],
-                                           "k_groups": p["k_groups"], "unroll": 1}
+            name = p.get("variant", "mma_weights_a")
+            variants.add(name)
+            twin = {**SWEPT[name], "n_tile": p["n_tile"], "k_groups": p["k_groups"],
+                    "unroll": 1}
+            assert sp.register_twin(p) == (twin if name == "mma_weights_a"
+                                           else {"variant": name, **twin})
     assert any(sp.as_params(pt).get("hi_in_place") for pt in sp.POINTS["gate_up"])
+    assert variants == set(SWEPT)  # each variant its own twin, never the other's
 
 
 @pytest.mark.skipif(cuda_offline.nvcc() is None, reason="nvcc is not on PATH")
@@ -245,14 +285,14 @@ def test_every_tile_of_the_next_sweep_compiles_for_sm90_without_spills(op):
 
     k, n = cv.SHAPES[op]
     for pt in sp.POINTS[op]:
-        p = sp.as_params(pt)
+        name, p = sp.launch_of(sp.as_params(pt))
         for m in (8, 16):
-            cfg = cuda.launch_config("mma_weights_a", m, k, n, 64, "float16", p)
-            rep = cuda_offline.compile_launch("mma_weights_a", cfg)
-            assert rep.registers > 0 and rep.spill_bytes == 0, (p, m, rep)
+            cfg = cuda.launch_config(name, m, k, n, 64, "float16", p)
+            rep = cuda_offline.compile_launch(name, cfg)
+            assert rep.registers > 0 and rep.spill_bytes == 0, (name, p, m, rep)
         if p.get("hi_in_place"):
             with pytest.raises(ValueError, match="float16 only"):
-                cuda.launch_config("mma_weights_a", 8, k, n, 64, "bfloat16", p)
+                cuda.launch_config(name, 8, k, n, 64, "bfloat16", p)
 
 
 def test_the_cold_sweeps_best_row_is_launched_with_every_lever_it_was_timed_with():
@@ -372,7 +412,9 @@ def test_check_only_flags_a_lever_that_changes_the_output_and_renders_without_ti
     """``--check-only``'s per-point check on a stand-in kernel (MLX's CUDA factory replaced by
     an MLX computation, as tests/test_cuda_launch_cache.py does) whose output moves by 2^-7
     under ``hi_in_place``: that point is not bit-exact against its register twin and not ok,
-    the twin and a faithful lever are; a tile that does not tile is an error row. The check-only
+    the twin and a faithful lever are; a tile that does not tile is an error row. A point of
+    ``mma_group_sums`` (whose stand-in rounds otherwise, as its contract does) at the same
+    (n_tile, k_groups) is checked against its own twin, not mma_weights_a's. The check-only
     report renders with no ceiling and no timings."""
     import cuda_verify_cold_sweep as cs
     import mlx.core as mx
@@ -386,8 +428,10 @@ def test_check_only_flags_a_lever_that_changes_the_output_and_renders_without_ti
                           for a in inputs)
             y = mx.quantized_matmul(x, w, s, b, transpose=True,
                                     group_size=dict(template)["GS"], bits=4)
-            if dict(template)["HI_IN_PLACE"]:
+            if dict(template).get("HI_IN_PLACE"):
                 y = y * (1 + 2.0 ** -7)  # a lever that is not faithful
+            if "group_sums" in name:
+                y = y * (1 - 2.0 ** -9)  # another contract: other roundings
             return [mx.array.astype(y, output_dtypes[0])]
         return kernel
 
@@ -404,10 +448,12 @@ def test_check_only_flags_a_lever_that_changes_the_output_and_renders_without_ti
         base = sp.as_params((32, 1, 1, 0, 0))
         rows = [cs.check_point({**base, **extra}, x, qw, ys, twins)
                 for extra in ({}, {"prefetch": 1}, {"hi_in_place": 1}, {"k_groups": 3})]
+        gsums = cs.check_point(sp.as_params(((32, 1, 1, 1, 0), sp.GSUMS)), x, qw, ys, twins)
     finally:
         cuda.clear_caches()
     plain, prefetched, hi, bad = rows
     assert plain["ok"] and plain["exact_vs_register"] and prefetched["ok"]
+    assert gsums["ok"] and gsums["exact_vs_register"] and gsums["variant"] == "mma_group_sums"
     assert hi["exact_vs_register"] is False and hi["ok"] is False
     assert "error" in bad and "ok" not in bad
     res = {"device": {"chip": "stand-in", "arch": "sm_90", "mlx_version": mx.__version__},

@@ -6,6 +6,7 @@ from types import ModuleType
 
 from kernels.variants import (
     fp16_matrix,
+    mma_group_sums,
     mma_verify,
     mma_weights_a,
     narrow_output,
@@ -19,5 +20,5 @@ from kernels.variants import (
 VARIANTS: dict[str, ModuleType] = {
     m.NAME: m
     for m in (stock, scalar_kmajor, narrow_output, fp16_matrix, verify_m4, verify_m16, w4a32,
-              mma_verify, mma_weights_a)
+              mma_verify, mma_weights_a, mma_group_sums)
 }

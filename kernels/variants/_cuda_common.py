@@ -83,6 +83,20 @@ __device__ __forceinline__ void dflash2_mma(float& c0, float& c1, float& c2, flo
 }
 """
 
+# Two nibbles into the mantissa of a power of two, for the mma variants' A tiles.
+NIBBLE_HEADER = r"""
+// (bits & MASK) | magic as ONE lop3 (LUT 0xea = (a & b) | c), with the magic in a register:
+// written as an AND and an OR of two immediates, ptxas emits two LOP3s (a LOP3 takes one
+// immediate), a fifth of the dequantization's issue slots (ncu's SASS of mma_weights_a,
+// 2026-12-04, bench/results/h200/sass_*).
+template <uint32_t MASK>
+__device__ __forceinline__ uint32_t dflash2_or_magic(uint32_t bits, uint32_t magic) {
+  uint32_t v;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(v) : "r"(bits), "n"(MASK), "r"(magic));
+  return v;
+}
+"""
+
 # Asynchronous global -> shared copies (sm_80+): 16-byte chunks that skip L1 (streamed weights;
 # L2 fetches 128 or 256 bytes of the row, so the next K steps of the row are L2 hits), 4-byte words
 # through L1 (scales and biases: one 32-byte sector serves 8 K steps of a row).
@@ -157,6 +171,56 @@ __device__ __forceinline__ void dflash2_bulk_g2s(void* dst, const void* src, uns
                :: "r"(dflash2_smem_addr(dst)), "l"(src), "r"(bytes), "r"(dflash2_smem_addr(bar))
                : "memory");
 }
+"""
+
+
+# The register pipeline's batches, shared by the mma variants that keep their loads in
+# registers: the body defines ``Batch`` (UNROLL K steps of loads), ``load(batch, first step)``
+# and ``compute(batch, first step)``; GROUP_STEPS, UNROLL and PREFETCH are its constants.
+BATCH_DRIVER = r"""    // PREFETCH: the next batch's loads go out before this batch's math (two batches of
+    // registers), so a warp never waits on memory with nothing to do. The two batches take
+    // turns (a, b, a, ...) rather than the next being copied into the current: the copy was
+    // ~37 moves a K step at unroll 1 (bench/results/sass_static.md, 2026-12-04).
+    Batch a;
+    load(a, 0);
+    if constexpr (PREFETCH) {
+      Batch b;
+      for (int s0 = 0; s0 < GROUP_STEPS; s0 += 2 * UNROLL) {
+        if (s0 + UNROLL < GROUP_STEPS) load(b, s0 + UNROLL);
+        compute(a, s0);
+        if (s0 + UNROLL >= GROUP_STEPS) break;
+        if (s0 + 2 * UNROLL < GROUP_STEPS) load(a, s0 + 2 * UNROLL);
+        compute(b, s0 + UNROLL);
+      }
+    } else {
+      for (int s0 = 0; s0 < GROUP_STEPS; s0 += UNROLL) {
+        if (s0) load(a, s0);
+        compute(a, s0);
+      }
+    }
+"""
+
+# The warps' float32 C tiles (acc[M_TILES][COL_TILES][4]: rows are output columns g and g + 8,
+# columns activation rows 2t and 2t + 1) through shared memory ``partial[K_GROUPS][PROWS][COLS]``,
+# the K groups' sums added in order and rounded once to T.
+C_TILE_SUMS = r"""  if (warp < K_GROUPS)  // with BULK, warp K_GROUPS is the producer: no sums of its own
+#pragma unroll
+  for (int mt = 0; mt < M_TILES; ++mt)
+#pragma unroll
+    for (int c = 0; c < COL_TILES; ++c) {
+      partial[warp][8 * mt + 2 * t][16 * c + g] = acc[mt][c][0];
+      partial[warp][8 * mt + 2 * t + 1][16 * c + g] = acc[mt][c][1];
+      partial[warp][8 * mt + 2 * t][16 * c + g + 8] = acc[mt][c][2];
+      partial[warp][8 * mt + 2 * t + 1][16 * c + g + 8] = acc[mt][c][3];
+    }
+  __syncthreads();
+  for (int e = threadIdx.x; e < M_ROWS * COLS; e += blockDim.x) {
+    const int m = e / COLS, col = e % COLS;
+    float total = partial[0][m][col];
+#pragma unroll
+    for (int h = 1; h < K_GROUPS; ++h) total += partial[h][m][col];  // groups in order
+    y[m * N + n_base + col] = static_cast<T>(total);
+  }
 """
 
 

@@ -4,7 +4,14 @@ Kept apart because the source is most of the variant's lines; ``mma_weights_a`` 
 ``CUDA_SOURCE`` and ``CUDA_HEADER`` from here.
 """
 
-from kernels.variants._cuda_common import BULK_HEADER, CP_ASYNC_HEADER, MMA_HEADER
+from kernels.variants._cuda_common import (
+    BATCH_DRIVER,
+    BULK_HEADER,
+    C_TILE_SUMS,
+    CP_ASYNC_HEADER,
+    MMA_HEADER,
+    NIBBLE_HEADER,
+)
 from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 
 # Constants: M_ROWS (<= 16), COL_TILES (16-column tiles a warp owns: n_tile / 16), K_GROUPS,
@@ -344,52 +351,14 @@ CUDA_SOURCE = r"""
         }
       }
     };
-    // PREFETCH: the next batch's loads go out before this batch's math (two batches of
-    // registers), so a warp never waits on memory with nothing to do. The two batches take
-    // turns (a, b, a, ...) rather than the next being copied into the current: the copy was
-    // ~37 moves a K step at unroll 1 (bench/results/sass_static.md, 2026-12-04).
-    Batch a;
-    load(a, 0);
-    if constexpr (PREFETCH) {
-      Batch b;
-      for (int s0 = 0; s0 < GROUP_STEPS; s0 += 2 * UNROLL) {
-        if (s0 + UNROLL < GROUP_STEPS) load(b, s0 + UNROLL);
-        compute(a, s0);
-        if (s0 + UNROLL >= GROUP_STEPS) break;
-        if (s0 + 2 * UNROLL < GROUP_STEPS) load(a, s0 + 2 * UNROLL);
-        compute(b, s0 + UNROLL);
-      }
-    } else {
-      for (int s0 = 0; s0 < GROUP_STEPS; s0 += UNROLL) {
-        if (s0) load(a, s0);
-        compute(a, s0);
-      }
-    }
-  }
+""" + BATCH_DRIVER + r"""  }
 
   // C tile: rows are output columns (g, g + 8), columns are activation rows (2t, 2t + 1).
   auto partial = reinterpret_cast<float (*)[PROWS][COLS]>(
       BULK ? dsmem + 128 + 2 * SB_BYTES : smem);
-  if (warp < K_GROUPS)  // with BULK, warp K_GROUPS is the producer: no sums of its own
-#pragma unroll
-  for (int mt = 0; mt < M_TILES; ++mt)
-#pragma unroll
-    for (int c = 0; c < COL_TILES; ++c) {
-      partial[warp][8 * mt + 2 * t][16 * c + g] = acc[mt][c][0];
-      partial[warp][8 * mt + 2 * t + 1][16 * c + g] = acc[mt][c][1];
-      partial[warp][8 * mt + 2 * t][16 * c + g + 8] = acc[mt][c][2];
-      partial[warp][8 * mt + 2 * t + 1][16 * c + g + 8] = acc[mt][c][3];
-    }
-  __syncthreads();
-  for (int e = threadIdx.x; e < M_ROWS * COLS; e += blockDim.x) {
-    const int m = e / COLS, col = e % COLS;
-    float total = partial[0][m][col];
-#pragma unroll
-    for (int h = 1; h < K_GROUPS; ++h) total += partial[h][m][col];  // groups in order
-    y[m * N + n_base + col] = static_cast<T>(total);
-  }
-"""
-CUDA_HEADER = _CUDA_HEADER + MMA_HEADER + CP_ASYNC_HEADER + BULK_HEADER + r"""
+""" + C_TILE_SUMS + r""""""
+CUDA_HEADER = (_CUDA_HEADER + MMA_HEADER + NIBBLE_HEADER + CP_ASYNC_HEADER + BULK_HEADER
+               + r"""
 // Nibbles 0 and 4 of ``bits`` as two dequantized activation-type values, low and high:
 // OR-ing a nibble into the mantissa of 1024 (fp16) or 128 (bf16) gives 1024 + q or 128 + q
 // exactly, the subtraction is exact, and the FMA rounds scale * q + bias once. HIGH (fp16
@@ -402,13 +371,8 @@ __device__ __forceinline__ uint32_t dflash2_dequant_pair(uint32_t bits, uint32_t
                                                          uint32_t bias2) {
   static_assert(!(BF16 && HIGH), "a bf16 mantissa holds a nibble at bits 0-3 only");
   constexpr uint32_t MAGIC = BF16 ? 0x43004300u : HIGH ? 0x54005400u : 0x64006400u;
-  // (bits & mask) | MAGIC as ONE lop3: written as an AND and an OR of two immediates, ptxas
-  // emits two LOP3s (a LOP3 takes one immediate), a fifth of the dequantization's issue slots
-  // (ncu's SASS of the kernel, 2026-12-04, bench/results/h200/sass_*); here MAGIC is a
-  // register operand.
-  uint32_t v, magic = MAGIC, out;
-  asm("lop3.b32 %0, %1, %2, %3, 0xea;"
-      : "=r"(v) : "r"(bits), "n"(HIGH ? 0x00F000F0 : 0x000F000F), "r"(magic));
+  uint32_t magic = MAGIC, out;
+  uint32_t v = dflash2_or_magic<HIGH ? 0x00F000F0u : 0x000F000Fu>(bits, magic);
   if constexpr (BF16) {
     __nv_bfloat162 r = __hfma2(__hsub2(*reinterpret_cast<__nv_bfloat162*>(&v),
                                        *reinterpret_cast<__nv_bfloat162*>(&magic)),
@@ -424,4 +388,4 @@ __device__ __forceinline__ uint32_t dflash2_dequant_pair(uint32_t bits, uint32_t
   }
   return out;
 }
-"""
+""")
