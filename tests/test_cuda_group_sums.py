@@ -153,7 +153,7 @@ def test_the_kernels_arithmetic_stays_within_the_half_output_bounds(dtype, k, k_
     printed. Also the portable form itself, which the suites hold the kernel to."""
     seed = int.from_bytes(os.urandom(4), "little")
     rng = np.random.default_rng(seed)
-    magic, value = _source_magic(dtype)
+    _, value = _source_magic(dtype)
     dt = getattr(mx, dtype)
     cols, gs = 24, 64
     w = mx.array((rng.standard_normal((cols, k)) / np.sqrt(k)).astype(np.float32))
