@@ -211,23 +211,23 @@
 #   (fresh machine, the regenerated table committed): stage, then stage, install, timeout 330
 #     suites  -> goldens.log, suites/fingerprints.json (one digest added), and the suites cut
 #     by the timeout after 101 of 140: h200_suites_new_table_partial.jsonl
-# The next session's plan (~1,500 s of device time with two machines' starts; each call
-# follows the last at once):
-#   run (carry .whl/p1) stage; run (carry .whl/p2) stage, install, TEST_TIMEOUT=150 devtests
-#     (now with tests/test_cuda_device_levers.py: prefetch's batches taking turns and fp16's
-#     hi_in_place, each bit for bit the plain register pipeline; the sweep's own bit-exact
-#     check keeps a failing point out of the table all the same);
-#     HOST_TIMEOUT=150 hostcost (launch against launch_shape_keyed, the variant-keyed memo);
-#     BENCH_TIMEOUT=150 coldsweep --check-only --ms 8 (every point of the next set checked at
-#     M=8, bit for bit against its register twin, none timed: the choice takes ncu's times);
-#     SWEEP_OUT=/tmp/h200res/m16 BENCH_TIMEOUT=150 coldsweep --check-only --point-m 16 --ms 16
-#   run: NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16 NCU_TIMEOUT=420 ncucold --points --ms 8,16
-#     --reps 2 (every point alone; bf16 skips hi_in_place's points with one line);
-#     COLD_SWEEPS=/tmp/h200res/cuda_verify_cold_sweep.json,/tmp/h200res/m16/
-#     cuda_verify_cold_sweep.json choose
+# The next session's plan (the 30 min of device time a session gets; each call follows the
+# last at once; ncu took ~1.4 s a profiled launch in the 20:11 runs: 144 in 200 s):
+#   run (carry .whl/p1) stage; run (carry .whl/p2) stage, install, TEST_TIMEOUT=200 devtests
+#     (tests/test_cuda_device_levers.py: prefetch's batches taking turns and fp16's
+#     hi_in_place bit for bit the plain register pipeline; mma_group_sums' levers bit for bit
+#     its own, and it within the half-output bound against float64 at group sizes 32/64/128);
+#     BENCH_TIMEOUT=200 coldsweep --check-only --ms 8 (every point of the next set, both
+#     variants, checked at M=8 against its register twin and stock, none timed)
+#   run: NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16 NCU_TIMEOUT=560 ncucold --points --ms 8
+#     --reps 1 (~47 points + stock + the table's tile, 2 dtypes: ~190 launches alone; if it
+#     is cut, run again with NCU_TAG=_down ... --shapes down and choose with
+#     NCU_CSVS=/tmp/h200res/ncu_cold.csv,/tmp/h200res/ncu_cold_down.csv); choose
 #   run: BENCH_TIMEOUT=515 bench --table-rows --ncu --ncu-timeout 150; regen
-#   (fresh machine) stage, then stage, install, timeout 500 suites (goldens recorded where a
-#     tile's k_groups changed), then RECORD_GOLDENS=0 suites if time is left
+#   (fresh machine) stage, then stage, install, timeout 500 suites (goldens recorded where the
+#     table's tile changed its sums: a new k_groups or mma_group_sums)
+#   if time is left: HOST_TIMEOUT=150 hostcost; SWEEP_OUT=/tmp/h200res/m16 coldsweep
+#     --check-only --point-m 16 --ms 16 and ncucold --points --ms 16 for M=16's tiles
 #   here: python3 bench/sass_static.py if POINTS changed (the static counts beside ncu's times)
 set -euo pipefail
 VERSION=0.32.4
@@ -356,6 +356,8 @@ case "$cmd" in
       $([ -f /tmp/h200res/no_ring ] && echo --no-ring) "$@" > "$OUT/ncu_cold.csv" \
       2> "$OUT/ncu_cold.err" || echo "ncu rc $?"
     python3 bench/cuda_verify_ncu.py --summarize "$OUT/ncu_cold.csv" | tee "$OUT/ncu_cold.md"
+    mkdir -p /tmp/h200res  # kept for `choose` in a later call (NCU_TAG: one run a shape)
+    cp "$OUT/ncu_cold.csv" "/tmp/h200res/ncu_cold${NCU_TAG:-}.csv"
     ;;
   readsizes)
     # a plain cold read of 12.5 MB to 4 GiB, alone under ncu: the rate a read of the kernels'
@@ -391,13 +393,16 @@ case "$cmd" in
     ;;
   choose)
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-    # COLD_SWEEPS: the sweeps' JSONs, comma-separated (one per M swept)
-    python3 scripts/regen_sm90_table.py --choose-from-ncu "$OUT/ncu_cold.csv" \
+    # COLD_SWEEPS: the sweeps' JSONs, comma-separated (one per M swept); NCU_CSVS: ncucold's
+    # CSVs, comma-separated (one per call: /tmp/h200res/ncu_cold<NCU_TAG>.csv), default this
+    # call's
+    python3 scripts/regen_sm90_table.py --choose-from-ncu "${NCU_CSVS:-$OUT/ncu_cold.csv}" \
       --cold-sweep "${COLD_SWEEPS:-/tmp/h200res/cuda_verify_cold_sweep.json}" \
       --table kernels/selection_table.json \
       --out /tmp/h200res/chosen_table.json --choice-out /tmp/h200res/tile_choice.json \
       2>&1 | tee "$OUT/choose.log"
     cp "$OUT/ncu_cold.csv" "$OUT/ncu_cold.md" /tmp/h200res/ 2>/dev/null || true
+    cp /tmp/h200res/ncu_cold*.csv "$OUT/" 2>/dev/null || true
     ;;
   sweep)
     shift

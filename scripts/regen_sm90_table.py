@@ -277,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="write nothing; exit 1 if the table is not what the results say")
     ap.add_argument("--choose-from-ncu", default=None, metavar="CSV",
                     help="choose the gate_up/down tiles (at each M the CSV holds) from ncu's time of each tile alone "
-                         "(h200.sh ncucold --points) instead of regenerating from --results")
+                         "(h200.sh ncucold --points) instead of regenerating from --results; "
+                         "several CSVs (one ncu run a shape), comma-separated")
     ap.add_argument("--cold-sweep", default=None,
                     help="the cold sweep's JSON (with the CSV); several, comma-separated")
     ap.add_argument("--choice-out", default=None, help="where the choice record goes (JSON)")
@@ -325,8 +326,8 @@ def _choose(args) -> int:
 
     from kernels.variants import VARIANTS
     try:
-        csv_path = Path(args.choose_from_ncu)
-        launches = [{**k, "us": duration_us(k)} for k in parse(csv_path.read_text())]
+        csvs = [Path(f) for f in args.choose_from_ncu.split(",") if f]
+        launches = [{**k, "us": duration_us(k)} for f in csvs for k in parse(f.read_text())]
         cold: dict = {"shapes": {}}
         for f in (args.cold_sweep or "").split(","):  # several sweeps: each shape's last one
             if f:
@@ -338,7 +339,7 @@ def _choose(args) -> int:
         print(f"regen_sm90_table: cannot read {e}", file=sys.stderr)
         return 2
     swept = {name: VARIANTS[name].DEFAULTS for name in (SWEPT, "mma_group_sums")}
-    new, record = choose_tiles(table, launches, cold, swept, csv_path.name)
+    new, record = choose_tiles(table, launches, cold, swept, ", ".join(f.name for f in csvs))
     for key, c in record["choices"].items():
         if "skipped" in c:
             print(f"{key}: unchanged ({c['skipped']})")

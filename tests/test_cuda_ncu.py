@@ -221,6 +221,52 @@ def test_a_tile_of_another_variant_is_chosen_with_its_variant():
     assert "skipped" in rec["choices"]["gate_up/bfloat16/8"] and new["entries"] == table["entries"]
 
 
+def _ncu_csv(launches: list[tuple[str, str, float]]) -> str:
+    """An ncu --csv file as ncucold writes it: the NCU_ORDER lines, then a duration a launch."""
+    hdr = ["ID", "Kernel Name", "Block Size", "Grid Size", "Metric Name", "Metric Unit",
+           "Metric Value"]
+    lines = [f"NCU_ORDER {label} x1" for label, _, _ in launches]
+    lines.append(",".join(f'"{h}"' for h in hdr))
+    for i, (_, kernel, us) in enumerate(launches):
+        lines.append(",".join(f'"{v}"' for v in (i, kernel, "(128, 1, 1)", "(544, 1, 1)",
+                                                 "gpu__time_duration.sum", "usecond", us)))
+    return "\n".join(lines) + "\n"
+
+
+def test_the_choice_reads_one_ncu_csv_a_shape(tmp_path):
+    """ncucold runs once a shape when the set outgrows a call (h200.sh: NCU_TAG, NCU_CSVS):
+    ``--choose-from-ncu a.csv,b.csv`` takes both, and each shape's entry gets its fastest
+    checked tile, here one of each variant."""
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+
+    def entry(shape):
+        return next(e for e in table["entries"] if e["devices"] == ["sm_90"] and
+                    e["shapes"] == [shape] and e["M"] == 8 and e["dtypes"] == ["bfloat16"])
+    gsums = sp.as_params(((16, 8, 1, 0, 0), sp.GSUMS))
+    plain = sp.as_params((32, 4, 1, 1, 0))
+    csvs, cold = [], {"shapes": {}}
+    for shape, tile in (("gate_up", gsums), ("down", plain)):
+        shipped = (entry(shape).get("candidate") or entry(shape))["params"]
+        f = tmp_path / f"ncu_cold_{shape}.csv"
+        f.write_text(_ncu_csv([(f"{shape} bfloat16 M=8 stock", "qmm_sm80_kernel", 80.0),
+                               (f"{shape} bfloat16 M=8 custom {shipped}", "dflash2_a", 25.0),
+                               (f"{shape} bfloat16 M=8 tile {tile}", "dflash2_b", 20.0)]))
+        csvs.append(str(f))
+        cold["shapes"][f"{shape}/bfloat16"] = {"points": [{**tile, "ok": True}]}
+    (tmp_path / "cold.json").write_text(json.dumps(cold))
+    out, rec = tmp_path / "table.json", tmp_path / "choice.json"
+    assert regen.main(["--choose-from-ncu", ",".join(csvs), "--cold-sweep",
+                       str(tmp_path / "cold.json"), "--out", str(out),
+                       "--choice-out", str(rec)]) == 0
+    choices = json.loads(rec.read_text())["choices"]
+    assert choices["gate_up/bfloat16/8"]["variant"] == "mma_group_sums"
+    assert choices["down/bfloat16/8"]["variant"] == "mma_weights_a"
+    assert choices["down/bfloat16/8"]["chosen"] == {"n_tile": 32, "k_groups": 4, "unroll": 1,
+                                                    "prefetch": 1}
+    new = json.loads(out.read_text())
+    assert new["entries"] != table["entries"]
+
+
 def test_an_m16_tile_is_chosen_only_from_tiles_checked_at_m16():
     """Each M's entry gets the tile fastest alone at that M; a sweep that checked the tiles at
     M=8 does not qualify them at M=16 (a tile's correctness and tiling depend on M)."""
