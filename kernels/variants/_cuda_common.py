@@ -83,7 +83,8 @@ __device__ __forceinline__ void dflash2_mma(float& c0, float& c1, float& c2, flo
 }
 """
 
-# Two nibbles into the mantissa of a power of two, for the mma variants' A tiles.
+# Two nibbles into the mantissa of a power of two, for the mma variants' A tiles, and the
+# activations paired to match them for B.
 NIBBLE_HEADER = r"""
 // (bits & MASK) | magic as ONE lop3 (LUT 0xea = (a & b) | c), with the magic in a register:
 // written as an AND and an OR of two immediates, ptxas emits two LOP3s (a LOP3 takes one
@@ -94,6 +95,15 @@ __device__ __forceinline__ uint32_t dflash2_or_magic(uint32_t bits, uint32_t mag
   uint32_t v;
   asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(v) : "r"(bits), "n"(MASK), "r"(magic));
   return v;
+}
+// A packed word's 8 activations (one 16-byte load) as the B operand's pairs (0, 4), (1, 5),
+// (2, 6), (3, 7): the pairs of nibbles a mask of 0x000F000F takes from the word, shifted by 0,
+// 4, 8 and 12, so that A and B agree on every k.
+__device__ __forceinline__ void dflash2_activation_pairs(const uint4 v, uint32_t (&b)[4]) {
+  b[0] = __byte_perm(v.x, v.z, 0x5410);
+  b[1] = __byte_perm(v.x, v.z, 0x7632);
+  b[2] = __byte_perm(v.y, v.w, 0x5410);
+  b[3] = __byte_perm(v.y, v.w, 0x7632);
 }
 """
 
@@ -174,10 +184,57 @@ __device__ __forceinline__ void dflash2_bulk_g2s(void* dst, const void* src, uns
 """
 
 
+# The mma variants' tile constants (constants: K, K_GROUPS, GS, M_ROWS, COL_TILES): K steps of
+# 128, a warp's K group of them, quantization groups a row, activation tiles of 8 rows, a
+# block's columns and its partial sums' rows.
+MMA_TILE_CONSTANTS = r"""
+  constexpr int WORDS = K / 8;
+  constexpr int STEPS = K / 128;
+  constexpr int GROUP_STEPS = STEPS / K_GROUPS;
+  constexpr int ROW_GROUPS = K / GS;
+  constexpr int M_TILES = (M_ROWS + 7) / 8;
+  constexpr int COLS = 16 * COL_TILES;
+  constexpr int PROWS = 8 * M_TILES;
+"""
+
+# A lane's place in its mma tile (g: the rows g and g + 8 of A, t: its k-slots) and block, the
+# arrays as words, and the running float32 C tiles acc[M_TILES][COL_TILES][4], zeroed.
+MMA_LANES = r"""
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const int n_base = blockIdx.x * COLS;
+  const uint32_t* w32 = reinterpret_cast<const uint32_t*>(w);
+  const uint16_t* s16 = reinterpret_cast<const uint16_t*>(scales);
+  const uint16_t* b16 = reinterpret_cast<const uint16_t*>(biases);
+  float acc[M_TILES][COL_TILES][4];
+#pragma unroll
+  for (int mt = 0; mt < M_TILES; ++mt)
+#pragma unroll
+    for (int c = 0; c < COL_TILES; ++c)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[mt][c][r] = 0.f;
+"""
+
 # The register pipeline's batches, shared by the mma variants that keep their loads in
-# registers: the body defines ``Batch`` (UNROLL K steps of loads), ``load(batch, first step)``
-# and ``compute(batch, first step)``; GROUP_STEPS, UNROLL and PREFETCH are its constants.
-BATCH_DRIVER = r"""    // PREFETCH: the next batch's loads go out before this batch's math (two batches of
+# registers: the body defines ``Batch`` (UNROLL K steps of loads: wq, sc, bi and with X_EARLY
+# xa, each indexed by step first), ``load(batch, first step)``, ``load_x(xa, step)`` and
+# ``mma_math(wq, sc, bi, xa)`` of one step; GROUP_STEPS, UNROLL, PREFETCH and X_EARLY are its
+# constants.
+BATCH_DRIVER = r"""
+    auto compute = [&](const Batch& b, int s0) {
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) {
+        if constexpr (X_EARLY) {
+          mma_math(b.wq[u], b.sc[u], b.bi[u], b.xa[u]);
+        } else {
+          uint4 xa[M_TILES][4];
+          load_x(xa, warp * GROUP_STEPS + s0 + u);
+          mma_math(b.wq[u], b.sc[u], b.bi[u], xa);
+        }
+      }
+    };
+    // PREFETCH: the next batch's loads go out before this batch's math (two batches of
     // registers), so a warp never waits on memory with nothing to do. The two batches take
     // turns (a, b, a, ...) rather than the next being copied into the current: the copy was
     // ~37 moves a K step at unroll 1 (bench/results/sass_static.md, 2026-12-04).

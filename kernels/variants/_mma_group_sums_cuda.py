@@ -4,7 +4,14 @@ Kept apart because the source is most of the variant's lines; the register pipel
 and the K groups' sums are ``mma_weights_a``'s (``BATCH_DRIVER``, ``C_TILE_SUMS``).
 """
 
-from kernels.variants._cuda_common import BATCH_DRIVER, C_TILE_SUMS, MMA_HEADER, NIBBLE_HEADER
+from kernels.variants._cuda_common import (
+    BATCH_DRIVER,
+    C_TILE_SUMS,
+    MMA_HEADER,
+    MMA_LANES,
+    MMA_TILE_CONSTANTS,
+    NIBBLE_HEADER,
+)
 from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 
 # Constants: M_ROWS (<= 16), COL_TILES (16-column tiles a warp owns: n_tile / 16), K_GROUPS,
@@ -17,34 +24,13 @@ from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 # = GS / 32 words of a group a lane holds (at GS = 128 that is mma_weights_a's [32 t + 8 i]). In
 # each of word i's two mma the lane's k-slots (2t, 2t+1, 2t+8, 2t+9) hold nibbles (0, 4, 1, 5)
 # and then (2, 6, 3, 7), the activations paired the same way with PRMT.
-CUDA_SOURCE = r"""
-  constexpr int WORDS = K / 8;
-  constexpr int STEPS = K / 128;
-  constexpr int GROUP_STEPS = STEPS / K_GROUPS;
-  constexpr int ROW_GROUPS = K / GS;
-  constexpr int M_TILES = (M_ROWS + 7) / 8;
-  constexpr int COLS = 16 * COL_TILES;
-  constexpr int PROWS = 8 * M_TILES;
+CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   constexpr int WPG = GS / 32;          // words of one group a lane holds in a K step
   constexpr int GPS = 128 / GS;         // groups a K step spans
   constexpr int SW = GPS == 4 ? 2 : 1;  // 32-bit words holding a row's GPS 16-bit scales
   __shared__ __align__(16) float partial[K_GROUPS][PROWS][COLS];
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int n_base = blockIdx.x * COLS;
-  const uint32_t* w32 = reinterpret_cast<const uint32_t*>(w);
-  const uint16_t* s16 = reinterpret_cast<const uint16_t*>(scales);
-  const uint16_t* b16 = reinterpret_cast<const uint16_t*>(biases);
-  // The running float32 sums: each group's scaled sum and bias term added in K order.
-  float acc[M_TILES][COL_TILES][4];
-#pragma unroll
-  for (int mt = 0; mt < M_TILES; ++mt)
-#pragma unroll
-    for (int c = 0; c < COL_TILES; ++c)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[mt][c][r] = 0.f;
-
+  // acc (MMA_LANES): the running float32 sums, each group's scaled sum and bias term in K order
+""" + MMA_LANES + r"""
   const T* x_lane = x + g * K + 8 * WPG * t;
   const uint32_t* w_lane = w32 + (n_base + g) * WORDS + WPG * t;
   const uint16_t* s_lane = s16 + (n_base + g) * ROW_GROUPS;
@@ -113,11 +99,7 @@ CUDA_SOURCE = r"""
       uint32_t bx[M_TILES][4];  // activation pairs (0,4), (1,5), (2,6), (3,7) of word i
 #pragma unroll
       for (int mt = 0; mt < M_TILES; ++mt) {
-        const uint4 v = xa[mt][i];
-        bx[mt][0] = __byte_perm(v.x, v.z, 0x5410);
-        bx[mt][1] = __byte_perm(v.x, v.z, 0x7632);
-        bx[mt][2] = __byte_perm(v.y, v.w, 0x5410);
-        bx[mt][3] = __byte_perm(v.y, v.w, 0x7632);
+        dflash2_activation_pairs(xa[mt][i], bx[mt]);
         dflash2_mma<IS_BF16>(gx[mt][0], gx[mt][1], gx[mt][2], gx[mt][3], ones, ones, ones,
                              ones, bx[mt][0], bx[mt][1]);
         dflash2_mma<IS_BF16>(gx[mt][0], gx[mt][1], gx[mt][2], gx[mt][3], ones, ones, ones,
@@ -182,18 +164,6 @@ CUDA_SOURCE = r"""
           load_sb(b.bi[u][c][h], b_lane + r * ROW_GROUPS + step * GPS);
         }
       if constexpr (X_EARLY) load_x(b.xa[u], step);
-    }
-  };
-  auto compute = [&](const Batch& b, int s0) {
-#pragma unroll
-    for (int u = 0; u < UNROLL; ++u) {
-      if constexpr (X_EARLY) {
-        mma_math(b.wq[u], b.sc[u], b.bi[u], b.xa[u]);
-      } else {
-        uint4 xa[M_TILES][4];
-        load_x(xa, warp * GROUP_STEPS + s0 + u);
-        mma_math(b.wq[u], b.sc[u], b.bi[u], xa);
-      }
     }
   };
   {

@@ -10,6 +10,8 @@ from kernels.variants._cuda_common import (
     C_TILE_SUMS,
     CP_ASYNC_HEADER,
     MMA_HEADER,
+    MMA_LANES,
+    MMA_TILE_CONSTANTS,
     NIBBLE_HEADER,
 )
 from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
@@ -28,14 +30,7 @@ from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 # in each, the lane's k-slots (2t, 2t+1, 2t+8, 2t+9) hold the word's nibbles (0, 4, 1, 5) and
 # then (2, 6, 3, 7), and the activations are paired the same way with PRMT, so A and B agree
 # on every k and the dot products are those of the contract.
-CUDA_SOURCE = r"""
-  constexpr int WORDS = K / 8;
-  constexpr int STEPS = K / 128;
-  constexpr int GROUP_STEPS = STEPS / K_GROUPS;
-  constexpr int ROW_GROUPS = K / GS;
-  constexpr int M_TILES = (M_ROWS + 7) / 8;
-  constexpr int COLS = 16 * COL_TILES;
-  constexpr int PROWS = 8 * M_TILES;
+CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   constexpr int CT2 = 2 * COL_TILES;  // weight rows a lane loads per K step
   // Shared memory: the cp.async ring (STAGES > 0) and, after the K loop, the K groups' partial
   // sums, in one buffer.
@@ -58,21 +53,7 @@ CUDA_SOURCE = r"""
   constexpr int STAGE_BYTES = K_GROUPS * COLS * PITCH;
   constexpr int SB_BYTES = COLS * ROW_GROUPS * 2;
   extern __shared__ __align__(128) unsigned char dsmem[];
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int n_base = blockIdx.x * COLS;
-  const uint32_t* w32 = reinterpret_cast<const uint32_t*>(w);
-  const uint16_t* s16 = reinterpret_cast<const uint16_t*>(scales);
-  const uint16_t* b16 = reinterpret_cast<const uint16_t*>(biases);
-  float acc[M_TILES][COL_TILES][4];
-#pragma unroll
-  for (int mt = 0; mt < M_TILES; ++mt)
-#pragma unroll
-    for (int c = 0; c < COL_TILES; ++c)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[mt][c][r] = 0.f;
-
+""" + MMA_LANES + r"""
   // Lane bases: the lane's first row (g) and K offset; other rows and steps are offsets from
   // them, so a step's addresses are one add and immediates (indexing from the row each time
   // cost ~35 integer instructions a K step: 64-bit products and sign extensions per row).
@@ -100,11 +81,7 @@ CUDA_SOURCE = r"""
       uint32_t bx[M_TILES][4];  // activation pairs (0,4), (1,5), (2,6), (3,7) of word i
 #pragma unroll
       for (int mt = 0; mt < M_TILES; ++mt) {
-        const uint4 v = xa[mt][i];
-        bx[mt][0] = __byte_perm(v.x, v.z, 0x5410);
-        bx[mt][1] = __byte_perm(v.x, v.z, 0x7632);
-        bx[mt][2] = __byte_perm(v.y, v.w, 0x5410);
-        bx[mt][3] = __byte_perm(v.y, v.w, 0x7632);
+        dflash2_activation_pairs(xa[mt][i], bx[mt]);
       }
 #pragma unroll
       for (int c = 0; c < COL_TILES; ++c) {
@@ -339,24 +316,12 @@ CUDA_SOURCE = r"""
         if constexpr (X_EARLY) load_x(b.xa[u], step);
       }
     };
-    auto compute = [&](const Batch& b, int s0) {
-#pragma unroll
-      for (int u = 0; u < UNROLL; ++u) {
-        if constexpr (X_EARLY) {
-          mma_math(b.wq[u], b.sc[u], b.bi[u], b.xa[u]);
-        } else {
-          uint4 xa[M_TILES][4];
-          load_x(xa, warp * GROUP_STEPS + s0 + u);
-          mma_math(b.wq[u], b.sc[u], b.bi[u], xa);
-        }
-      }
-    };
 """ + BATCH_DRIVER + r"""  }
 
   // C tile: rows are output columns (g, g + 8), columns are activation rows (2t, 2t + 1).
   auto partial = reinterpret_cast<float (*)[PROWS][COLS]>(
       BULK ? dsmem + 128 + 2 * SB_BYTES : smem);
-""" + C_TILE_SUMS + r""""""
+""" + C_TILE_SUMS
 CUDA_HEADER = (_CUDA_HEADER + MMA_HEADER + NIBBLE_HEADER + CP_ASYNC_HEADER + BULK_HEADER
                + r"""
 // Nibbles 0 and 4 of ``bits`` as two dequantized activation-type values, low and high:
