@@ -1,0 +1,203 @@
+"""The launch configuration of each CUDA source: its template constants, grid and block, as plain
+data (``LaunchConfig``), per variant layout (a table, ``_CONFIGS``), checked against the
+variant's ``CUDA_TILING`` first. Apart from ``kernels.cuda``, which builds and launches (and
+re-exports these names), so that each module has one job; a config needs no kernel built.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from kernels import tiling
+from kernels.dispatch import dtype_name
+from kernels.variants import VARIANTS
+
+
+def has_source(name: str) -> bool:
+    return getattr(VARIANTS[name], "CUDA_SOURCE", None) is not None
+
+
+def vector_width(lane_words: int) -> int:
+    """Widest packed-word load (4, 2 or 1 words) that tiles a lane's share of K."""
+    return next(vec for vec in (4, 2, 1) if lane_words % vec == 0)
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """What one launch needs besides the arrays: plain data, so tests check it without a GPU."""
+
+    template: dict  # constant name -> int or bool (the activation type T is added at launch)
+    grid: int  # threads in all
+    threads: int  # per block
+    activation: str  # dtype the kernel reads x in and writes y in
+    min_blocks: int = 0  # __launch_bounds__(threads, min_blocks) when > 0 (kernel_header)
+    shared_memory: int = 0  # dynamic shared memory bytes a block takes (mma_weights_a's bulk)
+    # () where the source reads w as MLX lays it out; else the arguments after wq of the
+    # variant's ``pack_weights``, whose layout it reads instead (made once per weights:
+    # ``weights_for``)
+    packing: tuple = ()
+
+
+def _mma_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
+                p: dict) -> LaunchConfig:
+    k_groups = int(p["k_groups"])
+    return LaunchConfig({"M_ROWS": m, "K_GROUPS": k_groups, "K": k, "N": n, "GS": group_size,
+                         "IS_BF16": dtype == "bfloat16"},
+                        (n // 8) * 32 * k_groups, 32 * k_groups, dtype)
+
+
+def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
+                      p: dict) -> LaunchConfig:
+    """``unroll`` shrinks to the largest of 4, 2, 1 (with ``bulk``: of any count) not above
+    the request that divides a group's K steps (the tiling guarantees whole 128-value steps
+    per group). ``stages`` >= 2 (the cp.async ring) must fit the block's 48 KiB of static
+    shared memory: k_groups warps x stages x 32 lanes x (``RING_LANE_BYTES`` per 16-column
+    tile, plus with ``x_early`` ``RING_LANE_X_BYTES`` per 8 activation rows)."""
+    n_tile, k_groups = int(p["n_tile"]), int(p["k_groups"])
+    group_steps = k // 128 // k_groups
+    want = int(p["unroll"])
+    stages, x_early = int(p.get("stages", 0)), int(p.get("x_early", 0))
+    min_blocks, bulk = int(p.get("min_blocks", 0)), int(p.get("bulk", 0))
+    hi_in_place = int(p.get("hi_in_place", 0))
+    if hi_in_place and dtype != "float16":
+        raise tiling.TilingError(
+            f"{name}: hi_in_place is for float16 only, not {dtype} (bf16's 7-bit mantissa "
+            f"holds a nibble at bits 0-3 only)")
+    # the register batch holds UNROLL steps in registers; a bulk stage holds them in shared
+    # memory and reads one step at a time, so there any divisor of the group's steps will do
+    unroll = (next(u for u in range(want, 0, -1) if group_steps % u == 0) if bulk
+              else _batch_unroll(want, group_steps))
+    template = {"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups, "UNROLL": unroll,
+                "PREFETCH": bool(int(p["prefetch"])), "STAGES": stages,
+                "L2_PREFETCH": int(p.get("l2_prefetch", 128)), "X_EARLY": bool(x_early),
+                "HI_IN_PLACE": bool(hi_in_place), "BULK": bool(bulk), "PACKED": bulk == 2,
+                "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"}
+    if bulk:
+        return _bulk_config(name, m, k, n, group_size, dtype, template, min_blocks)
+    v = VARIANTS[name]
+    ring = k_groups * stages * 32 * ((n_tile // 16) * v.RING_LANE_BYTES
+                                     + x_early * -(-m // 8) * v.RING_LANE_X_BYTES)
+    if ring > tiling.MEMORY["cuda"][0]:
+        raise tiling.TilingError(
+            f"{name} does not tile M={m}, K={k}, N={n}, {dtype}, group_size={group_size} with "
+            f"{p}: its cp.async ring ({ring} B) exceeds the 48 KiB of static shared memory")
+    return LaunchConfig(template, (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype,
+                        min_blocks)
+
+
+def _batch_unroll(want: int, group_steps: int) -> int:
+    """The register batch's K steps: the largest of 4, 2, 1 not above ``want`` that divides a
+    K group's steps."""
+    return next(u for u in (4, 2, 1) if u <= want and group_steps % u == 0)
+
+
+def _group_sums_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
+                       p: dict) -> LaunchConfig:
+    """``mma_group_sums``: the register pipeline of ``_weights_a_config`` (its ``unroll`` rule),
+    for groups that never span two K steps (the epilogue runs after a group's last word)."""
+    if group_size not in VARIANTS[name].GROUP_SIZES:
+        raise tiling.TilingError(
+            f"{name} does not tile group_size={group_size}: a group must lie inside one K step "
+            f"of 128 (group sizes {', '.join(map(str, VARIANTS[name].GROUP_SIZES))})")
+    n_tile, k_groups = int(p["n_tile"]), int(p["k_groups"])
+    unroll = _batch_unroll(int(p["unroll"]), k // 128 // k_groups)
+    template = {"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups, "UNROLL": unroll,
+                "PREFETCH": bool(int(p["prefetch"])), "X_EARLY": bool(int(p["x_early"])),
+                "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"}
+    return LaunchConfig(template, (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype,
+                        int(p["min_blocks"]))
+
+
+# Dynamic shared memory a block may take on sm_90: 227 KiB with the static kind, of which this
+# variant keeps 16 B; 1 KiB is left for it and alignment.
+MAX_DYNAMIC_SMEM = 226 * 1024
+
+
+def bulk_smem_bytes(m: int, k: int, n_tile: int, k_groups: int, unroll: int, stages: int,
+                    group_size: int, packed: bool = False) -> int:
+    """mma_weights_a's bulk ring, as its source lays it out: 128 B of mbarriers, the scales and
+    the biases of the block's rows (2 B a group), then ``stages`` stages of ``unroll`` K steps
+    of every K group's rows (64 B a row and step, padded so that two rows sit 64 B apart modulo
+    128, except ``packed``: one copy a stage, rows back to back); the K groups' partial sums
+    reuse the ring at the end."""
+    pitch = unroll * 64 + (64 if unroll % 2 == 0 and not packed else 0)
+    ring = stages * k_groups * n_tile * pitch
+    partial = k_groups * 8 * -(-m // 8) * n_tile * 4
+    return 128 + 2 * n_tile * (k // group_size) * 2 + max(ring, partial)
+
+
+def _bulk_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
+                 template: dict, min_blocks: int) -> LaunchConfig:
+    """``bulk`` = 1 or 2: one more warp, the producer, and the ring in dynamic shared memory (the
+    register pipeline's PREFETCH and X_EARLY have no meaning there: the source ignores them)."""
+    n_tile, k_groups = 16 * template["COL_TILES"], template["K_GROUPS"]
+    unroll, stages = template["UNROLL"], template["STAGES"]
+    where = f"{name} does not tile M={m}, K={k}, N={n}, {dtype}, group_size={group_size}"
+    bulk = f"bulk={2 if template['PACKED'] else 1}"
+    if stages < 2:
+        raise tiling.TilingError(f"{where} with {bulk}: its ring needs stages >= 2")
+    if (k // group_size) % 8:
+        raise tiling.TilingError(f"{where} with {bulk}: a row's scales ({k // group_size} x 2 B) "
+                                 f"must be whole 16-byte chunks for a bulk copy")
+    smem = bulk_smem_bytes(m, k, n_tile, k_groups, unroll, stages, group_size,
+                           template["PACKED"])
+    if smem > MAX_DYNAMIC_SMEM:
+        raise tiling.TilingError(f"{where} with {bulk}, n_tile={n_tile}, k_groups={k_groups}, "
+                                 f"unroll={unroll}, stages={stages}: its {smem} B of shared "
+                                 f"memory exceed the {MAX_DYNAMIC_SMEM} B a block may take")
+    threads = 32 * (k_groups + 1)
+    if threads > tiling.MAX_THREADS["cuda"]:
+        raise tiling.TilingError(f"{where} with {bulk}: {k_groups} consumer warps and the "
+                                 f"producer exceed {tiling.MAX_THREADS['cuda']} threads")
+    template = {**template, "PREFETCH": False, "X_EARLY": False, "L2_PREFETCH": 128}
+    packing = (n_tile, k_groups, unroll) if template["PACKED"] else ()
+    return LaunchConfig(template, (n // n_tile) * threads, threads, dtype, min_blocks, smem,
+                        packing)
+
+
+def _split_k_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
+                    p: dict) -> LaunchConfig:
+    """VEC: the widest word load that tiles a lane's share of K (contiguous layout only) and
+    stays inside one quantization group."""
+    v = VARIANTS[name]
+    act = getattr(v, "ACTIVATION_DTYPE", None)
+    act = dtype_name(act) if act is not None else dtype
+    n_tile, k_groups = int(p["n_tile"]), int(p["k_groups"])
+    contiguous = v.CUDA_LAYOUT == "contiguous"
+    vec = vector_width(k // 8 // k_groups // 32) if contiguous else 1
+    if group_size % (8 * vec):
+        vec = 1
+    return LaunchConfig({"M_ROWS": m, "N_TILE": n_tile, "K_GROUPS": k_groups, "VEC": vec,
+                         "K": k, "N": n, "GS": group_size, "LAYOUT_CONTIGUOUS": contiguous},
+                        (n // n_tile) * 32 * k_groups, 32 * k_groups, act)
+
+
+_CONFIGS = {"mma": _mma_config, "mma_weights_a": _weights_a_config,
+            "mma_group_sums": _group_sums_config,
+            "contiguous": _split_k_config, "interleaved": _split_k_config}
+
+
+def launch_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
+                  params: dict) -> LaunchConfig:
+    """The template constants and grid of one launch; ``tiling.TilingError`` (a ValueError) if
+    the variant's ``CUDA_TILING`` says the shape, dtype or params cannot tile. Cached per
+    (variant, shape, dtype, params): validating a tiling costs ~20 us of Python per call."""
+    return config_of(name, m, k, n, group_size, dtype, params_key(params))
+
+
+def params_key(params: dict) -> tuple:
+    """Params as a hashable key (sorted items): the configs' cache and the launch's memo."""
+    return tuple(sorted(params.items()))
+
+
+@functools.lru_cache(maxsize=4096)
+def config_of(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
+              params: tuple) -> LaunchConfig:
+    """``launch_config`` with the params as ``params_key`` gives them (the launcher's own key)."""
+    v = VARIANTS[name]
+    if not has_source(name):  # stock tiles anything, but through MLX's kernel, not ours
+        raise ValueError(f"{name} has no CUDA source")
+    p = dict(params)
+    tiling.check(name, "cuda", m, k, n, dtype, group_size, p)
+    return _CONFIGS[v.CUDA_LAYOUT](name, m, k, n, group_size, dtype, tiling.merged_params(v, p))
