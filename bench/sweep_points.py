@@ -207,7 +207,8 @@ def selected(points, no_ring: bool = False, no_bulk: bool = False) -> list:
     run (cuda_verify_ncu.py --points) drop the same ones."""
     def keep(pt) -> bool:
         p = as_params(pt)
-        return not ((no_ring and p["stages"] and not p["bulk"]) or (no_bulk and p["bulk"]))
+        stages, bulk = p.get("stages", 0), p.get("bulk", 0)  # a variant may have neither
+        return not ((no_ring and stages and not bulk) or (no_bulk and bulk))
     return [pt for pt in points if keep(pt)]
 
 

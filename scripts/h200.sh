@@ -212,7 +212,9 @@
 #     suites  -> goldens.log, suites/fingerprints.json (one digest added), and the suites cut
 #     by the timeout after 101 of 140: h200_suites_new_table_partial.jsonl
 # The next session's plan (the 30 min of device time a session gets; each call follows the
-# last at once; ncu took ~1.4 s a profiled launch in the 20:11 runs: 144 in 200 s):
+# last at once; ncu took ~1.4 s a profiled launch in the 20:11 runs: 144 in 200 s). First,
+# here: python scripts/rehearse_h200_plan.py (the plan's Python with a stand-in kernel, 13 s;
+# CI runs it: tests/test_h200_plan_rehearsal.py).
 #   run (carry .whl/p1) stage; run (carry .whl/p2) stage, install, TEST_TIMEOUT=200 devtests
 #     (tests/test_cuda_device_levers.py: prefetch's batches taking turns and fp16's
 #     hi_in_place bit for bit the plain register pipeline; mma_group_sums' levers bit for bit

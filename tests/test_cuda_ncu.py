@@ -296,11 +296,12 @@ def test_the_sweep_and_the_ncu_run_drop_the_same_points():
     """``--no-ring`` drops the cp.async ring's tiles but not the bulk pipeline's (which also has
     stages); ``--no-bulk`` (a failed bulk smoke test) drops the bulk pipeline's."""
     ring, bulk, plain = (32, 4, 1, 0, 3), ((32, 4, 1, 0, 6), {"bulk": 1}), (32, 4, 2, 0, 0)
-    pts = [ring, bulk, plain]
+    gsums = ((32, 4, 1, 0, 0), sp.GSUMS)  # a variant with neither stages nor bulk: kept
+    pts = [ring, bulk, plain, gsums]
     assert sp.selected(pts) == pts
-    assert sp.selected(pts, no_ring=True) == [bulk, plain]
-    assert sp.selected(pts, no_bulk=True) == [ring, plain]
-    assert sp.selected(pts, True, True) == [plain]
+    assert sp.selected(pts, no_ring=True) == [bulk, plain, gsums]
+    assert sp.selected(pts, no_bulk=True) == [ring, plain, gsums]
+    assert sp.selected(pts, True, True) == [plain, gsums]
 
 
 def test_the_reference_of_every_sweep_point_is_the_plain_register_pipeline():

@@ -1,0 +1,172 @@
+"""Rehearse the device plan's Python on a CPU before device time is spent on it.
+
+    python scripts/rehearse_h200_plan.py [--out DIR]
+
+The next H200 session runs, in calls of at most 10 minutes out of 30 (scripts/h200.sh):
+``coldsweep --check-only``, ``ncucold --points``, ``choose``, then launches the chosen table.
+A plumbing mistake there (a key a new variant lacks, a label the chooser cannot read) costs a
+machine's start and the rest of a call. Here the same entry points run, in one process, with
+MLX's CUDA kernel factory replaced by a stand-in whose kernel is MLX's float32 QMM of the
+launch's arrays (so a point is "exact" against its twin by construction: nothing here says a
+kernel is right), gate/up and down at their K with fewer columns, and ncu's CSV made from the
+launches the ncu run lists, with made-up times that favour one variant, so that the choice
+must carry that variant into the table. bf16/fp16 stock runs in float32 too: the CPU's own
+half-precision QMM accumulates in low precision (../shared/FACTS.md) and would fail every
+point's closeness to stock. The packed bulk points are left out (``--no-bulk``, as h200.sh
+does after a failed bulk smoke test): the stand-in reads w as MLX lays it out, not packed.
+
+Writes only under ``--out`` (default: a temporary folder); prints one line a step and exits 1
+when a step does not do what the plan needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for p in (ROOT, ROOT / "bench", ROOT / "scripts"):
+    sys.path.insert(0, str(p))
+
+import mlx.core as mx
+
+FAVOURED = "mma_group_sums"  # the made-up ncu times make this variant's tiles the fastest
+COLUMNS = {"gate_up": 1088, "down": 320}  # N a shape keeps: whole tiles of 16, 32 and 64
+
+
+def _standin(name, input_names, output_names, source, header="", **_):
+    def kernel(*, inputs, template, grid, threadgroup, output_shapes, output_dtypes):
+        x, w, s, b = (a.astype(mx.float32) if a.dtype != mx.uint32 else a for a in inputs)
+        y = mx.quantized_matmul(x, w, s, b, transpose=True, group_size=dict(template)["GS"],
+                                bits=4)
+        return [y.astype(output_dtypes[0])]
+    return kernel
+
+
+def _stock_f32(x, wq, s, b):
+    y = mx.quantized_matmul(x.astype(mx.float32), wq, s.astype(mx.float32),
+                            b.astype(mx.float32), transpose=True, group_size=64, bits=4)
+    return y.astype(x.dtype)
+
+
+def ncu_csv(launches: list[tuple[str, str, float]]) -> str:
+    """An ncu --csv file as ``h200.sh ncucold`` writes it: the NCU_ORDER lines of the launches,
+    then one duration a launch."""
+    hdr = ["ID", "Kernel Name", "Block Size", "Grid Size", "Metric Name", "Metric Unit",
+           "Metric Value"]
+    lines = [f"NCU_ORDER {label} x1" for label, _, _ in launches]
+    lines.append(",".join(f'"{h}"' for h in hdr))
+    for i, (_, kernel, us) in enumerate(launches):
+        lines.append(",".join(f'"{v}"' for v in (i, kernel, "(128, 1, 1)", "(544, 1, 1)",
+                                                 "gpu__time_duration.sum", "usecond", us)))
+    return "\n".join(lines) + "\n"
+
+
+def _made_up_us(label: str) -> tuple[str, float]:
+    path = label.split(" ", 3)[3]
+    if path == "stock":
+        return "qmm_sm80_kernel", 80.0
+    return "dflash2_standin", 15.0 + 0.01 * len(path) if FAVOURED in path else 20.0
+
+
+def rehearse(out: Path) -> dict:
+    """Each step's outcome; raises nothing a step can report."""
+    import cuda_verify as cv
+    import cuda_verify_cold_sweep as cs
+    import cuda_verify_ncu as cvn
+    import regen_sm90_table as regen
+
+    from kernels import cuda
+    from kernels.qweights import QWeights
+
+    saved = (mx.fast.cuda_kernel, cv.stock, dict(cv.SHAPES))
+    mx.fast.cuda_kernel, cv.stock = _standin, _stock_f32
+    cv.SHAPES.update({op: (cv.SHAPES[op][0], n) for op, n in COLUMNS.items()})
+    cuda.clear_caches()
+    report: dict = {}
+    try:
+        sweep = out / "cuda_verify_cold_sweep.json"
+        with contextlib.redirect_stdout(io.StringIO()):
+            rc = cs.main(["--check-only", "--ms", "8", "--no-bulk", "--out", str(out)])
+        shapes = json.loads(sweep.read_text())["shapes"]
+        report["check_only_rc"] = rc
+        report["check_only"] = {
+            key: {"points": len(e["points"]),
+                  "ok": sum(bool(p.get("ok")) for p in e["points"]),
+                  "errors": [p["error"].split(" (")[0] for p in e["points"] if "error" in p]}
+            for key, e in shapes.items()}
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            cvn.main(["--points", "--no-bulk", "--ms", "8", "--dtypes", "bfloat16,float16",
+                      "--cold-sweep", str(sweep)])
+        labels = [ln.removeprefix("NCU_ORDER ").rsplit(" x", 1)[0]
+                  for ln in buf.getvalue().splitlines() if ln.startswith("NCU_ORDER")]
+        report["ncu_launches"] = len(labels)
+        csv_path = out / "ncu_cold.csv"
+        csv_path.write_text(ncu_csv([(lb, *_made_up_us(lb)) for lb in labels]))
+        chosen, record = out / "chosen_table.json", out / "tile_choice.json"
+        with contextlib.redirect_stdout(io.StringIO()):
+            report["choose_rc"] = regen.main([
+                "--choose-from-ncu", str(csv_path), "--cold-sweep", str(sweep),
+                "--out", str(chosen), "--choice-out", str(record)])
+        choices = json.loads(record.read_text())["choices"]
+        report["chosen"] = {key: c.get("variant", c.get("skipped")) for key, c in choices.items()}
+        launched = {}
+        for e in json.loads(chosen.read_text())["entries"]:
+            if e["devices"] != ["sm_90"] or e["M"] != 8 or e["shapes"][0] not in COLUMNS:
+                continue
+            v = e["candidate"] if e["variant"] == "stock" else e
+            k, n = cv.SHAPES[e["shapes"][0]]
+            dt = getattr(mx, e["dtypes"][0])
+            qw = QWeights.quantize(mx.random.normal((n, k)) / k ** 0.5, 64, 4, dt)
+            y = cuda.launch(v["variant"], mx.random.normal((8, k)).astype(dt), qw, v["params"])
+            mx.eval(y)
+            launched[f"{e['shapes'][0]}/{e['dtypes'][0]}"] = v["variant"]
+        report["launched"] = launched
+    finally:
+        mx.fast.cuda_kernel, cv.stock = saved[0], saved[1]
+        cv.SHAPES.clear()
+        cv.SHAPES.update(saved[2])
+        cuda.clear_caches()
+    return report
+
+
+def problems(report: dict) -> list[str]:
+    """What the plan needs of each step: every point checked (an error only where a lever
+    refuses the dtype), each entry chosen and launched with the favoured variant."""
+    out = [] if report["check_only_rc"] == 0 else [
+        f"check-only exited {report['check_only_rc']} (a point not bit-exact)"]
+    for key, c in report["check_only"].items():
+        other = [e for e in c["errors"] if "float16 only" not in e]  # bf16 refuses hi_in_place
+        if other or c["ok"] + len(c["errors"]) != c["points"]:
+            out.append(f"check-only {key}: {c['ok']} of {c['points']} ok, errors {other}")
+    if report["choose_rc"] != 0:
+        out.append(f"choose exited {report['choose_rc']}")
+    for key, variant in {**report["chosen"], **report["launched"]}.items():
+        if variant != FAVOURED:
+            out.append(f"{key}: {variant}, not {FAVOURED}")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=None, help="folder for the rehearsal's files")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(args.out or tmp)
+        out.mkdir(parents=True, exist_ok=True)
+        report = rehearse(out)
+    print(json.dumps(report, indent=1))
+    bad = problems(report)
+    for line in bad:
+        print(f"rehearsal: {line}", file=sys.stderr)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""The next device session's Python, rehearsed on this CPU (scripts/rehearse_h200_plan.py): the
+check-only sweep, the ncu run's launch list, the choice and the chosen table's launches, with
+a stand-in kernel. It found ``sweep_points.selected`` failing on a variant without ``stages``
+or ``bulk`` (``--no-bulk``, which h200.sh passes after a failed bulk smoke test), which would
+have cost a device call."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import rehearse_h200_plan as rehearsal
+
+
+def test_the_plan_checks_every_point_and_carries_the_fastest_variant_into_the_table(tmp_path):
+    report = rehearsal.rehearse(tmp_path)
+    assert rehearsal.problems(report) == []
+    assert set(report["check_only"]) == {"gate_up/bfloat16", "gate_up/float16",
+                                         "down/bfloat16", "down/float16"}
+    assert report["ncu_launches"] > 40
+    assert set(report["launched"].values()) == {rehearsal.FAVOURED}
+    assert (tmp_path / "chosen_table.json").exists() and (tmp_path / "ncu_cold.csv").exists()
