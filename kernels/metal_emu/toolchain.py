@@ -239,6 +239,28 @@ def build_kernel(source: str, entry: str, name: str) -> Path:
     return _publish(tmp, target)
 
 
+def build_library(text: str, name: str, include_dirs: tuple[Path, ...]) -> Path:
+    """A shared library of the C++ ``text`` compiled as kernels are (``KERNEL_FLAGS``, the
+    given include folders, then the Metal shim's for the executor's hooks), cached by content:
+    the CUDA emulator's kernels (kernels/cuda_emu)."""
+    heads = "".join(f.read_text() for d in include_dirs for f in sorted(d.iterdir()))
+    key = _key(" ".join(KERNEL_FLAGS), heads, text)
+    target = build_dir() / f"{name}-{key}.so"
+    if target.exists():
+        return target
+    src = build_dir() / f"{name}-{key}.cpp"
+    src.write_text(text)
+    tmp = build_dir() / f".{target.name}.{os.getpid()}.tmp"
+    obj = tmp.with_suffix(".o")
+    try:
+        _run(["-x", "c++", *KERNEL_FLAGS, *(f"-I{d}" for d in include_dirs),
+              f"-I{shim_dir()}", "-c", "-o", str(obj), str(src)], name)
+        _run(["-shared", "-o", str(tmp), str(obj)], name, link=True)
+    finally:
+        obj.unlink(missing_ok=True)
+    return _publish(tmp, target)
+
+
 @functools.cache
 def build_runtime() -> Path:
     key = _key("runtime")

@@ -1,0 +1,179 @@
+"""One launch's translation unit for the SIMT executor, and its shared library.
+
+The body is the variant's ``CUDA_SOURCE`` as it is; its header is the variant's ``CUDA_HEADER``
+with each inline-PTX block swapped for C++ of the same semantics (``EMULATED``). A header with
+inline PTX left over is refused with one line: the executor cannot run what it cannot compile.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kernels.metal_emu import toolchain
+from kernels.variants import VARIANTS
+from kernels.variants import _cuda_common as common
+
+SHIM = Path(__file__).resolve().parent / "shim"
+C_TYPES = {"bfloat16": "__nv_bfloat16", "float16": "__half"}
+
+# mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: each lane's fragments in PTX's layout (g =
+# lane / 4, t = lane % 4; A row-major 16 x 16, B column-major 16 x 8, C 16 x 8):
+#   a0 A[g][2t, 2t+1], a1 A[g+8][2t, 2t+1], a2 A[g][2t+8, 2t+9], a3 A[g+8][2t+8, 2t+9];
+#   b0 B[2t, 2t+1][g], b1 B[2t+8, 2t+9][g]; c0 C[g][2t], c1 C[g][2t+1], c2 C[g+8][2t],
+#   c3 C[g+8][2t+1].
+# The products of two half-precision values are exact in double, and so is their sum with c
+# here; rounded once to float32 (the tensor core's own order of adds is not modelled).
+EMULATED_MMA = r"""
+template <bool BF16>
+__device__ __forceinline__ uint32_t dflash2_pack2(float lo, float hi) {
+  if constexpr (BF16) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+}
+struct __emu_mma_frag { uint32_t a[4], b[2]; float c[4]; };
+template <bool BF16>
+inline double __emu_half(uint32_t word, int hi) {
+  const uint16_t h = static_cast<uint16_t>(hi ? word >> 16 : word);
+  if constexpr (BF16) return __builtin_bit_cast(float, static_cast<uint32_t>(h) << 16);
+  else return static_cast<float>(__builtin_bit_cast(_Float16, h));
+}
+template <bool BF16>
+void __emu_mma_combine(const void* in_all, void* out_all, const unsigned*, unsigned active,
+                       unsigned long) {
+  const __emu_mma_frag* in = static_cast<const __emu_mma_frag*>(in_all);
+  __emu_mma_frag* out = static_cast<__emu_mma_frag*>(out_all);
+  double a[16][16], b[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l >> 2, t = l & 3;
+    for (int h = 0; h < 2; ++h) {
+      a[g][2 * t + h] = __emu_half<BF16>(in[l].a[0], h);
+      a[g + 8][2 * t + h] = __emu_half<BF16>(in[l].a[1], h);
+      a[g][2 * t + 8 + h] = __emu_half<BF16>(in[l].a[2], h);
+      a[g + 8][2 * t + 8 + h] = __emu_half<BF16>(in[l].a[3], h);
+      b[2 * t + h][g] = __emu_half<BF16>(in[l].b[0], h);
+      b[2 * t + 8 + h][g] = __emu_half<BF16>(in[l].b[1], h);
+    }
+  }
+  for (int l = 0; l < 32; ++l) {
+    const int g = l >> 2, t = l & 3;
+    const int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+    for (int i = 0; i < 4; ++i) {
+      double s = in[l].c[i];
+      for (int k = 0; k < 16; ++k) s += a[rows[i]][k] * b[k][cols[i]];
+      // mma.sync needs the whole warp: a partial one leaves NaN, which every check reports
+      out[l].c[i] = active == 0xFFFFFFFFu ? static_cast<float>(s) : __builtin_nanf("");
+    }
+  }
+}
+template <bool BF16>
+__device__ __forceinline__ void dflash2_mma(float& c0, float& c1, float& c2, float& c3,
+                                            uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                            uint32_t b0, uint32_t b1, __EMU_SITE_PARAM) {
+  __emu_mma_frag f{{a0, a1, a2, a3}, {b0, b1}, {c0, c1, c2, c3}}, r;
+  __emu_hooks.simd_collective(&f, &r, sizeof f, 0, __emu_mma_combine<BF16>, __EMU_SITE());
+  c0 = r.c[0]; c1 = r.c[1]; c2 = r.c[2]; c3 = r.c[3];
+}
+"""
+_LOP3 = ('asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(v) : "r"(bits), "n"(MASK), '
+         '"r"(magic));')
+# cp.async as a plain copy: a lane reads back only what it copied itself (the ring's contract,
+# _mma_weights_a_cuda.py), so a copy that lands at once is one that landed by the wait.
+EMULATED_CP_ASYNC = r"""
+template <int L2_BYTES>
+__device__ __forceinline__ void dflash2_cp_async16(void* dst, const void* src) {
+  *static_cast<uint4*>(dst) = *static_cast<const uint4*>(src);
+}
+__device__ __forceinline__ void dflash2_cp_async16_ca(void* dst, const void* src) {
+  *static_cast<uint4*>(dst) = *static_cast<const uint4*>(src);
+}
+__device__ __forceinline__ void dflash2_cp_async4(void* dst, const void* src) {
+  *static_cast<uint32_t*>(dst) = *static_cast<const uint32_t*>(src);
+}
+__device__ __forceinline__ void dflash2_cp_async_commit() {}
+template <int PENDING>
+__device__ __forceinline__ void dflash2_cp_async_wait() {}
+"""
+# The bulk pipeline (mbarriers, bulk copies into dynamic shared memory) is not emulated: its
+# helpers only have to compile (a discarded ``if constexpr`` branch outside a template is
+# still checked), and a launch that would reach them is refused before it runs (launch.py).
+EMULATED_BULK = r"""
+__device__ __forceinline__ void dflash2_mbar_init(void*, unsigned) {}
+__device__ __forceinline__ void dflash2_mbar_fence_init() {}
+__device__ __forceinline__ void dflash2_mbar_expect_tx(void*, unsigned) {}
+__device__ __forceinline__ void dflash2_mbar_arrive(void*) {}
+__device__ __forceinline__ void dflash2_mbar_wait(void*, unsigned) {}
+__device__ __forceinline__ void dflash2_bulk_g2s(void*, const void*, unsigned, void*) {}
+"""
+# The one line of a body the emulator changes: mma_weights_a's dynamic shared memory, which
+# only the bulk pipeline uses (C++ has no array of a size given at launch).
+DYNAMIC_SMEM = ("extern __shared__ __align__(128) unsigned char dsmem[];",
+                "unsigned char* const dsmem = nullptr;  // (emulator: no bulk pipeline)")
+# (the source's helpers, with their inline PTX) -> the same functions in C++
+EMULATED = {
+    common.CUDA_HEADER: "",  # the split-K helpers: no mma variant calls them
+    common.MMA_HEADER: EMULATED_MMA,
+    common.NIBBLE_HEADER: common.NIBBLE_HEADER.replace(_LOP3, "v = (bits & MASK) | magic;"),
+    common.CP_ASYNC_HEADER: EMULATED_CP_ASYNC,
+    common.BULK_HEADER: EMULATED_BULK,
+}
+
+
+class NotEmulated(ValueError):
+    """A source or launch the executor cannot run (one line)."""
+
+
+def header(name: str) -> str:
+    text = VARIANTS[name].CUDA_HEADER
+    for source, emulated in EMULATED.items():
+        text = text.replace(source, emulated)
+    if "asm" in text:
+        raise NotEmulated(f"{name}: its CUDA header keeps inline PTX the emulator has no C++ for")
+    return text
+
+
+def translation_unit(name: str, dtype: str, template: dict) -> str:
+    """The shim, the header, the body with its constants, and the executor's entry."""
+    t = C_TYPES[dtype]
+    consts = "\n".join(
+        f"  constexpr {'bool' if isinstance(v, bool) else 'int'} {k} = "
+        f"{str(v).lower() if isinstance(v, bool) else int(v)};" for k, v in template.items())
+    return "\n".join([
+        '#include "cuda_emu.h"',
+        'extern "C" {',
+        "struct __emu_hooks_t __emu_hooks;",
+        # float -> bfloat rounds to nearest even; compiler-rt would provide it (kernels/
+        # metal_emu/glue.py has the same, for the same reason)
+        "__attribute__((weak)) __bf16 __truncsfbf2(float f) {",
+        "  unsigned u = __builtin_bit_cast(unsigned, f);",
+        "  if ((u & 0x7fffffffu) > 0x7f800000u)",
+        "    return __builtin_bit_cast(__bf16, (unsigned short)((u >> 16) | 0x40u));",
+        "  u += 0x7fffu + ((u >> 16) & 1u);",
+        "  return __builtin_bit_cast(__bf16, (unsigned short)(u >> 16));",
+        "}",
+        "extern char __start_emu_tg[] __attribute__((weak));",
+        "extern char __stop_emu_tg[] __attribute__((weak));",
+        "void __emu_tg_bounds(char** lo, char** hi) { *lo = __start_emu_tg; *hi = __stop_emu_tg; }",
+        "}",
+        header(name),
+        (f"static void dflash2_{name}(const {t}* x, const uint32_t* w, const {t}* scales, "
+         f"const {t}* biases, {t}* y) {{"),
+        f"  using T = {t};",
+        consts,
+        VARIANTS[name].CUDA_SOURCE.replace(*DYNAMIC_SMEM),
+        "}",
+        'extern "C" void __emu_entry(void* const* b) {',
+        (f"  dflash2_{name}(static_cast<const {t}*>(b[0]), static_cast<const uint32_t*>(b[1]), "
+         f"static_cast<const {t}*>(b[2]), static_cast<const {t}*>(b[3]), "
+         f"static_cast<{t}*>(b[4]));"),
+        "}",
+    ]) + "\n"
+
+
+def library(name: str, dtype: str, template: dict) -> Path:
+    """The launch's shared library, built once per translation unit (cached by content)."""
+    return toolchain.build_library(translation_unit(name, dtype, template), f"cuda-{name}",
+                                   (SHIM,))

@@ -1,0 +1,47 @@
+"""``launch``: what ``kernels.cuda.launch`` computes, on the executor instead of a GPU.
+
+The launch takes its config from ``kernels.cuda_config`` (the same constants, grid and block a
+device launch gets) and the weights as the CUDA launch reads them (scales and biases in the
+activation dtype). Slow (a fiber a thread, a context switch a warp collective): for small
+shapes that exercise every path of a tile, not for the model's.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+
+from kernels import cuda_config
+from kernels.cuda_emu import build
+from kernels.metal_emu import executor, glue
+from kernels.qweights import QWeights
+
+_BUFFERS = ("x", "w", "scales", "biases", "y")
+_SIGNATURE = glue.Signature("dflash2", "dflash2", tuple(
+    glue.Param("", n, i, "buffer") for i, n in enumerate(_BUFFERS)))
+
+
+def _buffer(name: str, a: mx.array) -> executor.Buffer:
+    if a.dtype == mx.bfloat16:
+        return executor.Buffer(name, np.array(a.view(mx.uint16)), bf16=True)
+    return executor.Buffer(name, np.array(a))
+
+
+def launch(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
+    """y (M, N) = x (M, K) @ W^T by the variant's CUDA source, emulated; ``NotEmulated`` (one
+    line) for a tile the executor cannot run (the bulk pipeline: its dynamic shared memory)."""
+    m, k = x.shape
+    dt = "bfloat16" if x.dtype == mx.bfloat16 else "float16"
+    cfg = cuda_config.launch_config(name, m, k, qw.n, qw.group_size, dt, dict(params))
+    if cfg.shared_memory or cfg.packing:
+        raise build.NotEmulated(f"{name}: the bulk pipeline (dynamic shared memory) is not "
+                                f"emulated")
+    lib = build.library(name, dt, cfg.template)
+    act = qw.in_dtype(x.dtype)
+    inputs = {"x": _buffer("x", x), "w": _buffer("w", act.wq),
+              "scales": _buffer("scales", act.scales), "biases": _buffer("biases", act.biases)}
+    out = executor.launch(f"{name} (CUDA, emulated)", _SIGNATURE, str(lib), inputs,
+                          {"y": ((m, qw.n), dt if dt == "bfloat16" else np.float16)},
+                          (cfg.grid, 1, 1), (cfg.threads, 1, 1))
+    y = mx.array(out["y"])
+    return y.view(mx.bfloat16) if dt == "bfloat16" else y

@@ -1,0 +1,134 @@
+"""The mma variants' CUDA kernel bodies, run on this CPU by the emulator (kernels/cuda_emu/).
+
+No GPU runs in CI, and the levers below had run on none: the emulator runs the exact body
+(the headers' inline PTX as C++ of its semantics), so a lane that reads the wrong K, a lever
+that changes the numbers or a tile that writes out of bounds is found here first. What it
+cannot show: the tensor core's own rounding (the emulated mma sums its products exactly and
+rounds once), and speed. Shapes are small but take every path: K = 1152 is 9 K steps (an odd
+count for a warp at one K group, which prefetch's turns end on the first batch), K = 1024 at
+2 and 4 K groups gives warps 4 and 2 steps.
+"""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from kernels import arith, cuda_config
+from kernels.cuda_emu import build, launch
+from kernels.metal_emu.executor import EmulatorError
+from kernels.qweights import QWeights
+from kernels.tiling import TilingError
+from kernels.ulps import scaled_ulps
+from kernels.variants import VARIANTS
+
+N = 64
+DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16}
+
+
+def _case(k: int, dt: str, gs: int = 64) -> QWeights:
+    w = mx.random.normal((N, k), key=mx.random.key(k + gs)) / k ** 0.5
+    return QWeights.quantize(w, gs, 4, DTYPES[dt])
+
+
+def _x(m: int, k: int, dt: str) -> mx.array:
+    return (mx.random.normal((m, k), key=mx.random.key(m)) / k ** 0.25).astype(DTYPES[dt])
+
+
+def _errors(y: mx.array, x: mx.array, qw: QWeights, port: mx.array, dt: str) -> tuple:
+    """(scaled ulps against float64, against the portable form) of y."""
+    wd = np.array(arith.dequantize_f32(qw.wq, qw.scales, qw.biases, qw.group_size, 4),
+                  np.float64)
+    xd = np.array(x.astype(mx.float32), np.float64)
+    yd = np.array(y.astype(mx.float32), np.float64)
+    scale = np.abs(xd) @ np.abs(wd).T
+    assert np.isfinite(yd).all()
+    return (scaled_ulps(yd, xd @ wd.T, scale, dt).max(),
+            scaled_ulps(yd, np.array(port.astype(mx.float32), np.float64), scale, dt).max())
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("gs", [32, 64, 128])
+def test_group_sums_holds_the_half_output_bound_at_every_group_size_and_m(dt, gs):
+    """Its lanes lay K by group (one 16-byte load a row at 128, two 8-byte at 64, four words
+    at 32) and apply a group's scale and bias once: within 1 scaled ulp of float64 and 2 of
+    its portable form (stock's contract), at M = 1, 8 and 16 (one and two activation tiles)."""
+    k = 1024
+    qw = _case(k, dt, gs)
+    v = VARIANTS["mma_group_sums"]
+    for m in (1, 8, 16):
+        x = _x(m, k, dt)
+        p = {"n_tile": 32, "k_groups": 2, "unroll": 1}
+        y = launch.launch("mma_group_sums", x, qw, p)
+        f64, port = _errors(y, x, qw, v.portable(x, qw, p), dt)
+        assert f64 <= 1.0 and port <= 2.0, (m, f64, port)
+
+
+LEVERS = {
+    "mma_group_sums": [{"prefetch": 1}, {"prefetch": 1, "unroll": 2}, {"unroll": 2},
+                       {"x_early": 1}, {"unroll": 2, "x_early": 1},
+                       {"prefetch": 1, "x_early": 1}],
+    "mma_weights_a": [{"prefetch": 1}, {"prefetch": 1, "unroll": 2}, {"unroll": 2},
+                      {"unroll": 2, "x_early": 1}, {"stages": 3}, {"stages": 2, "x_early": 1},
+                      {"hi_in_place": 1}, {"hi_in_place": 1, "prefetch": 1},
+                      {"hi_in_place": 1, "stages": 3}],
+}
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+@pytest.mark.parametrize("name", LEVERS)
+def test_every_lever_gives_the_plain_register_pipelines_output_bit_for_bit(name, dt):
+    """Each lever of each variant (prefetch's batches taking turns, whole batches of unroll,
+    activations loaded early, mma_weights_a's cp.async ring and fp16's ``hi_in_place``) at K
+    steps a warp of 9 (odd), 4 and 2 at M=8, and 4 at M=16 (two activation tiles): the plain
+    pipeline's output bit for bit, and that output within the bounds (1 scaled ulp of
+    float64, 2 of the portable form). Each tile is a clang build (~2 s, cached by content)."""
+    v = VARIANTS[name]
+    for k, k_groups, m in ((1152, 1, 8), (1024, 2, 8), (1024, 2, 16), (1024, 4, 8)):
+        qw = _case(k, dt)
+        plain = {"n_tile": 32, "k_groups": k_groups, "unroll": 1}
+        x = _x(m, k, dt)
+        y0 = launch.launch(name, x, qw, plain)
+        f64, port = _errors(y0, x, qw, v.portable(x, qw, plain), dt)
+        assert f64 <= 1.0 and port <= 2.0, (k, k_groups, m, f64, port)
+        for lever in LEVERS[name]:
+            try:  # bf16 refuses hi_in_place; a ring of 2 x 2 K groups at M=16 is 56 KiB
+                cuda_config.launch_config(name, m, k, N, 64, dt, {**plain, **lever})
+            except TilingError:
+                continue
+            y = launch.launch(name, x, qw, {**plain, **lever})
+            assert mx.array_equal(y, y0).item(), (k, k_groups, m, lever)
+
+
+@pytest.mark.parametrize("source,wrong,found", [
+    # a lane base of x in mma_weights_a's layout (32 t, not 8 WPG t): past x's end at M=8
+    ("const T* x_lane = x + g * K + 8 * WPG * t;", "const T* x_lane = x + g * K + 32 * t;",
+     "out-of-bounds read of buffer 'x'"),
+    # every group of a K step scaled by the first group's scale and bias: in bounds, wrong
+    ("const int j = i / WPG;    // the group's place in the step",
+     "const int j = 0;", "bound")])
+def test_a_kernel_that_reads_the_wrong_k_or_scale_is_caught(monkeypatch, source, wrong, found):
+    """The emulator tells: mma_group_sums with its lanes' activations laid as mma_weights_a's
+    faults on the guarded buffer; with each step's second group given the first group's scale
+    and bias, its output leaves the bound by far."""
+    v = VARIANTS["mma_group_sums"]
+    assert source in v.CUDA_SOURCE
+    monkeypatch.setattr(v, "CUDA_SOURCE", v.CUDA_SOURCE.replace(source, wrong))
+    qw, x = _case(1024, "bfloat16"), _x(8, 1024, "bfloat16")
+    p = {"n_tile": 32, "k_groups": 2, "unroll": 1}
+    if found == "bound":
+        f64, _ = _errors(launch.launch("mma_group_sums", x, qw, p), x, qw,
+                         v.portable(x, qw, p), "bfloat16")
+        assert f64 > 4.0
+    else:
+        with pytest.raises(EmulatorError, match=found):
+            launch.launch("mma_group_sums", x, qw, p)
+
+
+def test_the_bulk_pipeline_is_refused_with_one_line():
+    qw, x = _case(1024, "bfloat16"), _x(8, 1024, "bfloat16")
+    with pytest.raises(build.NotEmulated, match="bulk pipeline") as e:
+        launch.launch("mma_weights_a", x, qw, {"n_tile": 32, "k_groups": 2, "unroll": 1,
+                                               "stages": 2, "bulk": 1})
+    assert "\n" not in str(e.value)
