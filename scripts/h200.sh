@@ -214,7 +214,9 @@
 # The next session's plan (the 30 min of device time a session gets; each call follows the
 # last at once; ncu took ~1.4 s a profiled launch in the 20:11 runs: 144 in 200 s). First,
 # here: python scripts/rehearse_h200_plan.py (the plan's Python with a stand-in kernel, 13 s;
-# CI runs it: tests/test_h200_plan_rehearsal.py).
+# CI runs it: tests/test_h200_plan_rehearsal.py), and with --emulate (--point-m 8, then 16):
+# every point's own kernel body on the CUDA emulator at the real K, checked as the device's
+# check-only sweep checks it (~1 min each).
 #   run (carry .whl/p1) stage; run (carry .whl/p2) stage, install, TEST_TIMEOUT=240 devtests
 #     (tests/test_cuda_device_levers.py: prefetch's batches taking turns and fp16's
 #     hi_in_place bit for bit the plain register pipeline; mma_group_sums' levers bit for bit

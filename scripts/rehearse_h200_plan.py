@@ -74,8 +74,19 @@ def _made_up_us(label: str) -> tuple[str, float]:
     return "dflash2_standin", 15.0 + 0.01 * len(path) if FAVOURED in path else 20.0
 
 
-def rehearse(out: Path) -> dict:
-    """Each step's outcome; raises nothing a step can report."""
+def _emulated(x, qw, params):
+    """A sweep point's launch on the CUDA emulator (kernels/cuda_emu): the kernel body itself."""
+    import sweep_points as sp
+
+    from kernels.cuda_emu import launch
+    name, p = sp.launch_of(params)
+    return launch.launch(name, x, qw, p)
+
+
+def rehearse(out: Path, emulate: bool = False, point_m: int = 8) -> dict:
+    """Each step's outcome; raises nothing a step can report. ``emulate``: the check-only
+    sweep's launches run the kernels' own bodies on the CUDA emulator instead of the stand-in
+    (every point at the real K, slow: minutes)."""
     import cuda_verify as cv
     import cuda_verify_cold_sweep as cs
     import cuda_verify_ncu as cvn
@@ -84,15 +95,18 @@ def rehearse(out: Path) -> dict:
     from kernels import cuda
     from kernels.qweights import QWeights
 
-    saved = (mx.fast.cuda_kernel, cv.stock, dict(cv.SHAPES))
+    saved = (mx.fast.cuda_kernel, cv.stock, dict(cv.SHAPES), cs.launch)
     mx.fast.cuda_kernel, cv.stock = _standin, _stock_f32
+    if emulate:
+        cs.launch = _emulated
     cv.SHAPES.update({op: (cv.SHAPES[op][0], n) for op, n in COLUMNS.items()})
     cuda.clear_caches()
     report: dict = {}
     try:
         sweep = out / "cuda_verify_cold_sweep.json"
         with contextlib.redirect_stdout(io.StringIO()):
-            rc = cs.main(["--check-only", "--ms", "8", "--no-bulk", "--out", str(out)])
+            rc = cs.main(["--check-only", "--ms", str(point_m), "--point-m", str(point_m),
+                          "--no-bulk", "--out", str(out)])
         shapes = json.loads(sweep.read_text())["shapes"]
         report["check_only_rc"] = rc
         report["check_only"] = {
@@ -102,7 +116,7 @@ def rehearse(out: Path) -> dict:
             for key, e in shapes.items()}
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            cvn.main(["--points", "--no-bulk", "--ms", "8", "--dtypes", "bfloat16,float16",
+            cvn.main(["--points", "--no-bulk", "--ms", str(point_m), "--dtypes", "bfloat16,float16",
                       "--cold-sweep", str(sweep)])
         labels = [ln.removeprefix("NCU_ORDER ").rsplit(" x", 1)[0]
                   for ln in buf.getvalue().splitlines() if ln.startswith("NCU_ORDER")]
@@ -118,18 +132,19 @@ def rehearse(out: Path) -> dict:
         report["chosen"] = {key: c.get("variant", c.get("skipped")) for key, c in choices.items()}
         launched = {}
         for e in json.loads(chosen.read_text())["entries"]:
-            if e["devices"] != ["sm_90"] or e["M"] != 8 or e["shapes"][0] not in COLUMNS:
+            if e["devices"] != ["sm_90"] or e["M"] != point_m or e["shapes"][0] not in COLUMNS:
                 continue
             v = e["candidate"] if e["variant"] == "stock" else e
             k, n = cv.SHAPES[e["shapes"][0]]
             dt = getattr(mx, e["dtypes"][0])
             qw = QWeights.quantize(mx.random.normal((n, k)) / k ** 0.5, 64, 4, dt)
-            y = cuda.launch(v["variant"], mx.random.normal((8, k)).astype(dt), qw, v["params"])
+            x = mx.random.normal((point_m, k)).astype(dt)
+            y = cuda.launch(v["variant"], x, qw, v["params"])
             mx.eval(y)
             launched[f"{e['shapes'][0]}/{e['dtypes'][0]}"] = v["variant"]
         report["launched"] = launched
     finally:
-        mx.fast.cuda_kernel, cv.stock = saved[0], saved[1]
+        mx.fast.cuda_kernel, cv.stock, cs.launch = saved[0], saved[1], saved[3]
         cv.SHAPES.clear()
         cv.SHAPES.update(saved[2])
         cuda.clear_caches()
@@ -156,11 +171,15 @@ def problems(report: dict) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=None, help="folder for the rehearsal's files")
+    ap.add_argument("--emulate", action="store_true",
+                    help="check every point by running its kernel body on the CUDA emulator "
+                         "(kernels/cuda_emu) instead of the stand-in: minutes")
+    ap.add_argument("--point-m", type=int, default=8, help="the M the points are checked at")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.out or tmp)
         out.mkdir(parents=True, exist_ok=True)
-        report = rehearse(out)
+        report = rehearse(out, args.emulate, args.point_m)
     print(json.dumps(report, indent=1))
     bad = problems(report)
     for line in bad:
