@@ -76,6 +76,20 @@ def parse(text: str) -> list[dict]:
     return out
 
 
+def csv_of(launches: list[tuple[str, str, float]]) -> str:
+    """``parse``'s inverse for kernel times alone: (label, kernel name, us) a launch, as an ncu
+    run of this script writes them (NCU_ORDER lines, then the CSV). What the chooser is fed in
+    tests and in the device plan's rehearsal (scripts/rehearse_h200_plan.py)."""
+    hdr = ["ID", "Kernel Name", "Block Size", "Grid Size", "Metric Name", "Metric Unit",
+           "Metric Value"]
+    lines = [f"NCU_ORDER {label} x1" for label, _, _ in launches]
+    lines.append(",".join(f'"{h}"' for h in hdr))
+    for i, (_, kernel, us) in enumerate(launches):
+        lines.append(",".join(f'"{v}"' for v in (i, kernel, "(128, 1, 1)", "(544, 1, 1)",
+                                                 "gpu__time_duration.sum", "usecond", us)))
+    return "\n".join(lines) + "\n"
+
+
 def metric(k: dict, *names: str, div: float = 1.0) -> float | None:
     """The first of ``names`` present in one parsed launch, as a float; a time in µs (by its
     unit), anything else divided by ``div``."""

@@ -54,19 +54,6 @@ def _stock_f32(x, wq, s, b):
     return y.astype(x.dtype)
 
 
-def ncu_csv(launches: list[tuple[str, str, float]]) -> str:
-    """An ncu --csv file as ``h200.sh ncucold`` writes it: the NCU_ORDER lines of the launches,
-    then one duration a launch."""
-    hdr = ["ID", "Kernel Name", "Block Size", "Grid Size", "Metric Name", "Metric Unit",
-           "Metric Value"]
-    lines = [f"NCU_ORDER {label} x1" for label, _, _ in launches]
-    lines.append(",".join(f'"{h}"' for h in hdr))
-    for i, (_, kernel, us) in enumerate(launches):
-        lines.append(",".join(f'"{v}"' for v in (i, kernel, "(128, 1, 1)", "(544, 1, 1)",
-                                                 "gpu__time_duration.sum", "usecond", us)))
-    return "\n".join(lines) + "\n"
-
-
 def _made_up_us(label: str) -> tuple[str, float]:
     path = label.split(" ", 3)[3]
     if path == "stock":
@@ -122,7 +109,7 @@ def rehearse(out: Path, emulate: bool = False, point_m: int = 8) -> dict:
                   for ln in buf.getvalue().splitlines() if ln.startswith("NCU_ORDER")]
         report["ncu_launches"] = len(labels)
         csv_path = out / "ncu_cold.csv"
-        csv_path.write_text(ncu_csv([(lb, *_made_up_us(lb)) for lb in labels]))
+        csv_path.write_text(cvn.csv_of([(lb, *_made_up_us(lb)) for lb in labels]))
         chosen, record = out / "chosen_table.json", out / "tile_choice.json"
         with contextlib.redirect_stdout(io.StringIO()):
             report["choose_rc"] = regen.main([

@@ -221,18 +221,6 @@ def test_a_tile_of_another_variant_is_chosen_with_its_variant():
     assert "skipped" in rec["choices"]["gate_up/bfloat16/8"] and new["entries"] == table["entries"]
 
 
-def _ncu_csv(launches: list[tuple[str, str, float]]) -> str:
-    """An ncu --csv file as ncucold writes it: the NCU_ORDER lines, then a duration a launch."""
-    hdr = ["ID", "Kernel Name", "Block Size", "Grid Size", "Metric Name", "Metric Unit",
-           "Metric Value"]
-    lines = [f"NCU_ORDER {label} x1" for label, _, _ in launches]
-    lines.append(",".join(f'"{h}"' for h in hdr))
-    for i, (_, kernel, us) in enumerate(launches):
-        lines.append(",".join(f'"{v}"' for v in (i, kernel, "(128, 1, 1)", "(544, 1, 1)",
-                                                 "gpu__time_duration.sum", "usecond", us)))
-    return "\n".join(lines) + "\n"
-
-
 def test_the_choice_reads_one_ncu_csv_a_shape(tmp_path):
     """ncucold runs once a shape when the set outgrows a call (h200.sh: NCU_TAG, NCU_CSVS):
     ``--choose-from-ncu a.csv,b.csv`` takes both, and each shape's entry gets its fastest
@@ -248,7 +236,7 @@ def test_the_choice_reads_one_ncu_csv_a_shape(tmp_path):
     for shape, tile in (("gate_up", gsums), ("down", plain)):
         shipped = (entry(shape).get("candidate") or entry(shape))["params"]
         f = tmp_path / f"ncu_cold_{shape}.csv"
-        f.write_text(_ncu_csv([(f"{shape} bfloat16 M=8 stock", "qmm_sm80_kernel", 80.0),
+        f.write_text(cvn.csv_of([(f"{shape} bfloat16 M=8 stock", "qmm_sm80_kernel", 80.0),
                                (f"{shape} bfloat16 M=8 custom {shipped}", "dflash2_a", 25.0),
                                (f"{shape} bfloat16 M=8 tile {tile}", "dflash2_b", 20.0)]))
         csvs.append(str(f))

@@ -24,16 +24,6 @@ C_TYPES = {"bfloat16": "__nv_bfloat16", "float16": "__half"}
 # The products of two half-precision values are exact in double, and so is their sum with c
 # here; rounded once to float32 (the tensor core's own order of adds is not modelled).
 EMULATED_MMA = r"""
-template <bool BF16>
-__device__ __forceinline__ uint32_t dflash2_pack2(float lo, float hi) {
-  if constexpr (BF16) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  } else {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-}
 struct __emu_mma_frag { uint32_t a[4], b[2]; float c[4]; };
 template <bool BF16>
 inline double __emu_half(uint32_t word, int hi) {
@@ -115,7 +105,7 @@ DYNAMIC_SMEM = ("extern __shared__ __align__(128) unsigned char dsmem[];",
 # (the source's helpers, with their inline PTX) -> the same functions in C++
 EMULATED = {
     common.CUDA_HEADER: "",  # the split-K helpers: no mma variant calls them
-    common.MMA_HEADER: EMULATED_MMA,
+    common.MMA_SYNC_HEADER: EMULATED_MMA,
     common.NIBBLE_HEADER: common.NIBBLE_HEADER.replace(_LOP3, "v = (bits & MASK) | magic;"),
     common.CP_ASYNC_HEADER: EMULATED_CP_ASYNC,
     common.BULK_HEADER: EMULATED_BULK,

@@ -50,7 +50,7 @@ __device__ __forceinline__ float dflash2_lane0_sum(float v) {
 
 # The tensor-core helpers of the mma variants: float32 pairs packed to the activation type, and
 # one m16n8k16 multiply-accumulate (row-major A, column-major B, float32 C).
-MMA_HEADER = r"""
+PACK2_HEADER = r"""
 // Two float32 values rounded to the activation type, packed low/high in one 32-bit register.
 template <bool BF16>
 __device__ __forceinline__ uint32_t dflash2_pack2(float lo, float hi) {
@@ -63,7 +63,9 @@ __device__ __forceinline__ uint32_t dflash2_pack2(float lo, float hi) {
   }
 }
 
-template <bool BF16>
+"""
+# The mma itself (inline PTX: the CUDA emulator, kernels/cuda_emu, puts C++ in its place).
+MMA_SYNC_HEADER = r"""template <bool BF16>
 __device__ __forceinline__ void dflash2_mma(float& c0, float& c1, float& c2, float& c3,
                                             uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                             uint32_t b0, uint32_t b1) {
@@ -82,6 +84,7 @@ __device__ __forceinline__ void dflash2_mma(float& c0, float& c1, float& c2, flo
   }
 }
 """
+MMA_HEADER = PACK2_HEADER + MMA_SYNC_HEADER
 
 # Two nibbles into the mantissa of a power of two, for the mma variants' A tiles, and the
 # activations paired to match them for B.
