@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernels.metal_emu import toolchain
+from kernels.metal_emu import glue, toolchain
 from kernels.variants import VARIANTS
 from kernels.variants import _cuda_common as common
 
@@ -135,15 +135,7 @@ def translation_unit(name: str, dtype: str, template: dict) -> str:
         '#include "cuda_emu.h"',
         'extern "C" {',
         "struct __emu_hooks_t __emu_hooks;",
-        # float -> bfloat rounds to nearest even; compiler-rt would provide it (kernels/
-        # metal_emu/glue.py has the same, for the same reason)
-        "__attribute__((weak)) __bf16 __truncsfbf2(float f) {",
-        "  unsigned u = __builtin_bit_cast(unsigned, f);",
-        "  if ((u & 0x7fffffffu) > 0x7f800000u)",
-        "    return __builtin_bit_cast(__bf16, (unsigned short)((u >> 16) | 0x40u));",
-        "  u += 0x7fffu + ((u >> 16) & 1u);",
-        "  return __builtin_bit_cast(__bf16, (unsigned short)(u >> 16));",
-        "}",
+        glue.TRUNCSFBF2,
         "extern char __start_emu_tg[] __attribute__((weak));",
         "extern char __stop_emu_tg[] __attribute__((weak));",
         "void __emu_tg_bounds(char** lo, char** hi) { *lo = __start_emu_tg; *hi = __stop_emu_tg; }",

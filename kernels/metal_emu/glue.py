@@ -72,6 +72,18 @@ def parse(generated: str) -> Signature:
     return Signature(m["name"], inst["callee"] if inst else m["name"], tuple(params))
 
 
+# float -> bfloat rounds to nearest even, as Metal (and CUDA's __float2bfloat16_rn) does;
+# compiler-rt would provide this for CPUs without AVX512-BF16, but neither zig's link nor
+# libgcc 12 carries it. The CUDA emulator's kernels need it too (kernels/cuda_emu/build.py).
+TRUNCSFBF2 = (
+    "__attribute__((weak)) __bf16 __truncsfbf2(float f) {\n"
+    "  unsigned u = __builtin_bit_cast(unsigned, f);\n"
+    "  if ((u & 0x7fffffffu) > 0x7f800000u)\n"
+    "    return __builtin_bit_cast(__bf16, (unsigned short)((u >> 16) | 0x40u));\n"
+    "  u += 0x7fffu + ((u >> 16) & 1u);\n"
+    "  return __builtin_bit_cast(__bf16, (unsigned short)(u >> 16));\n}\n")
+
+
 def entry(sig: Signature) -> str:
     """C++ appended after the exact source: the hook table and ``__emu_entry``."""
     args = []
@@ -90,14 +102,7 @@ def entry(sig: Signature) -> str:
         "static const unsigned __emu_zero[3] = {0, 0, 0};\n"
         "static inline uint3 __emu_u3(const unsigned* p) {\n"
         "  uint3 v; v.x = p[0]; v.y = p[1]; v.z = p[2]; return v;\n}\n"
-        # float -> bfloat rounds to nearest even, as Metal does; compiler-rt would provide this
-        # for CPUs without AVX512-BF16, but neither zig's link nor libgcc 12 carries it.
-        "__attribute__((weak)) __bf16 __truncsfbf2(float f) {\n"
-        "  unsigned u = __builtin_bit_cast(unsigned, f);\n"
-        "  if ((u & 0x7fffffffu) > 0x7f800000u)\n"
-        "    return __builtin_bit_cast(__bf16, (unsigned short)((u >> 16) | 0x40u));\n"
-        "  u += 0x7fffu + ((u >> 16) & 1u);\n"
-        "  return __builtin_bit_cast(__bf16, (unsigned short)(u >> 16));\n}\n"
+        + TRUNCSFBF2 +
         "extern char __start_emu_tg[] __attribute__((weak));\n"
         "extern char __stop_emu_tg[] __attribute__((weak));\n"
         "void __emu_tg_bounds(char** lo, char** hi) { *lo = __start_emu_tg; *hi = __stop_emu_tg; }\n"
