@@ -15,7 +15,10 @@ from kernels import cuda_config
 from kernels.cuda_emu import build
 from kernels.metal_emu import executor, glue
 from kernels.qweights import QWeights
+from kernels.variants import VARIANTS
 
+# the layouts whose headers build.EMULATED covers (the split-K sources call helpers it drops)
+EMULATED_LAYOUTS = frozenset({"mma_weights_a", "mma_group_sums"})
 _BUFFERS = ("x", "w", "scales", "biases", "y")
 _SIGNATURE = glue.Signature("dflash2", "dflash2", tuple(
     glue.Param("", n, i, "buffer") for i, n in enumerate(_BUFFERS)))
@@ -29,7 +32,11 @@ def _buffer(name: str, a: mx.array) -> executor.Buffer:
 
 def launch(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
     """y (M, N) = x (M, K) @ W^T by the variant's CUDA source, emulated; ``NotEmulated`` (one
-    line) for a tile the executor cannot run (the bulk pipeline: its dynamic shared memory)."""
+    line) for a variant or tile the executor cannot run (the split-K sources; the bulk
+    pipeline: its dynamic shared memory)."""
+    if getattr(VARIANTS[name], "CUDA_LAYOUT", None) not in EMULATED_LAYOUTS:
+        raise build.NotEmulated(f"{name}: only the mma variants' sources are emulated "
+                                f"({', '.join(sorted(EMULATED_LAYOUTS))})")
     m, k = x.shape
     dt = "bfloat16" if x.dtype == mx.bfloat16 else "float16"
     cfg = cuda_config.launch_config(name, m, k, qw.n, qw.group_size, dt, dict(params))
