@@ -139,6 +139,12 @@ class FarmCluster:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
 
+    def live_node_ids(self) -> set[str]:
+        """The node ids of every device node the head still counts alive."""
+        out = self.farm("devices", "--address", self.address, "--json", "--no-check")
+        assert out.returncode == 0, out.stderr
+        return {d["node_id"] for d in json.loads(out.stdout)}
+
     def node_ids(self) -> dict[str, str]:
         """arch -> node id of the live device nodes, read with `farm devices --json`."""
         out = self.farm("devices", "--address", self.address, "--json", "--no-check")

@@ -44,6 +44,10 @@ from farm.tempdirs import owned_tmpdir
 
 POLL_S = 0.1
 HANG_GRACE_S = 10.0  # after --timeout, how long a test may ignore SIGALRM before it is killed
+# After pytest is SIGKILLed while this process's parent (the raylet that started this Ray
+# worker) is gone, how long to wait to be torn down with the node before reporting the kill
+# as the test's crash after all.
+NODE_TEARDOWN_WAIT_S = 60.0
 MAX_RESTARTS = 1000
 LOG_TAIL = 2000
 _TIMEOUT_MSG = re.compile(r"\bTimeout\b.*>\s*[\d.]+\s*s", re.IGNORECASE)
@@ -163,6 +167,7 @@ def run_job(spec: dict, queue=None) -> Iterator[list[dict]]:
     ``farm_job_end`` event. ``queue`` stands in for the queue actor's client (tests).
     """
     deadline = time.monotonic() + float(spec["job_timeout"])
+    parent = os.getppid()  # on a node, its raylet: reparented means the node is going away
     test_timeout = float(spec["test_timeout"])
     done: set[str] = set(spec.get("deselect") or [])
     tmp = owned_tmpdir("farm-job-")
@@ -288,6 +293,14 @@ def run_job(spec: dict, queue=None) -> Iterator[list[dict]]:
             if ended == "test":
                 restarts += 1
                 continue
+            if follow.current and rc == -signal.SIGKILL and os.getppid() != parent:
+                # The node is going away (its raylet died; this SIGKILL is its teardown's, not
+                # the test's): report nothing more, so that the driver, told of the node's
+                # death, moves the tests not reported, this one included, to another device.
+                # Reporting it crashed lost it to the dying node: a raylet killed mid-test, and
+                # this worker streamed the test as crashed and ran the rest there before the
+                # driver learnt of the death (tests/test_farm_cluster.py, kill=crash).
+                time.sleep(NODE_TEARDOWN_WAIT_S)
             if follow.current:  # the interpreter died inside this test
                 msg = (f"interpreter died ({_exit_text(rc)}) during this test; the job "
                        f"continued with the remaining tests")
