@@ -217,21 +217,21 @@
 # CI runs it: tests/test_h200_plan_rehearsal.py), and with --emulate (--point-m 8, then 16):
 # every point's own kernel body on the CUDA emulator at the real K, checked as the device's
 # check-only sweep checks it (~1 min each).
-#   run (carry .whl/p1) stage; run (carry .whl/p2) stage, install, TEST_TIMEOUT=240 devtests
-#     (tests/test_cuda_device_levers.py: prefetch's batches taking turns and fp16's
-#     hi_in_place bit for bit the plain register pipeline; mma_group_sums' levers bit for bit
-#     its own, and it within the half-output bound against float64 at group sizes 32/64/128);
-#     BENCH_TIMEOUT=200 coldsweep --check-only --ms 8 (every point of the next set, both
-#     variants, checked at M=8 against its register twin and stock, none timed)
-#   run: NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16 NCU_TIMEOUT=560 ncucold --points --ms 8
-#     --reps 1 (~47 points + stock + the table's tile, 2 dtypes: ~190 launches alone; if it
+#   run (carry .whl/p1) stage; run (carry .whl/p2) stage, install, BENCH_TIMEOUT=200
+#     coldsweep --check-only --ms 8 (every point of the next set, both variants, checked at M=8
+#     against its register twin and within 2e-2 of stock, none timed; the emulator has checked
+#     the same points' bodies bit for bit, so this is the tensor core's word: ~300 s in all)
+#   run: NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16 NCU_TIMEOUT=400 ncucold --points --ms 8
+#     --reps 1 (~87 points' launches + stock + the table's tile, 2 dtypes, each alone; if it
 #     is cut, run again with NCU_TAG=_down ... --shapes down and choose with
-#     NCU_CSVS=/tmp/h200res/ncu_cold.csv,/tmp/h200res/ncu_cold_down.csv); choose
-#   run: BENCH_TIMEOUT=515 bench --table-rows --ncu --ncu-timeout 150; regen
+#     NCU_CSVS=/tmp/h200res/ncu_cold.csv,/tmp/h200res/ncu_cold_down.csv); choose (~350 s)
+#   run: BENCH_TIMEOUT=515 bench --table-rows --ncu --ncu-timeout 150; regen (~530 s)
 #   (fresh machine) stage, then stage, install, timeout 500 suites (goldens recorded where the
-#     table's tile changed its sums: a new k_groups or mma_group_sums)
-#   if time is left: HOST_TIMEOUT=150 hostcost; SWEEP_OUT=/tmp/h200res/m16 coldsweep
-#     --check-only --point-m 16 --ms 16 and ncucold --points --ms 16 for M=16's tiles
+#     table's tile changed its sums: a new k_groups or mma_group_sums; ~560 s with the start)
+#   That is ~1,740 s of the 1,800. Next in line, with more time: TEST_TIMEOUT=240 devtests
+#     (tests/test_cuda_device_levers.py: the levers and mma_group_sums' bound on the tensor
+#     core); HOST_TIMEOUT=150 hostcost; the M=16 set (SWEEP_OUT=/tmp/h200res/m16 coldsweep
+#     --check-only --point-m 16 --ms 16, ncucold --points --ms 16).
 #   here: python3 bench/sass_static.py if POINTS changed (the static counts beside ncu's times)
 set -euo pipefail
 VERSION=0.32.4
