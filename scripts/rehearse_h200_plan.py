@@ -1,6 +1,6 @@
 """Rehearse the device plan's Python on a CPU before device time is spent on it.
 
-    python scripts/rehearse_h200_plan.py [--out DIR]
+    python scripts/rehearse_h200_plan.py [--out DIR] [--emulate] [--point-m 8]
 
 The next H200 session runs, in calls of at most 10 minutes out of 30 (scripts/h200.sh):
 ``coldsweep --check-only``, ``ncucold --points``, ``choose``, then launches the chosen table.
@@ -15,8 +15,12 @@ half-precision QMM accumulates in low precision (../shared/FACTS.md) and would f
 point's closeness to stock. The packed bulk points are left out (``--no-bulk``, as h200.sh
 does after a failed bulk smoke test): the stand-in reads w as MLX lays it out, not packed.
 
-Writes only under ``--out`` (default: a temporary folder); prints one line a step and exits 1
-when a step does not do what the plan needs.
+``--emulate`` checks every point on its own kernel body instead (kernels/cuda_emu), at the real
+K: the check the device's check-only sweep makes, less the tensor core (a minute).
+
+Writes only under ``--out`` (default: a temporary folder); prints each step's outcome (JSON)
+and exits 1, naming what is wrong in one line each, when a step does not do what the plan
+needs.
 """
 
 from __future__ import annotations

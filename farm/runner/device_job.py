@@ -11,7 +11,10 @@ Faults handled here, each turned into a result so the job goes on:
   again with ``--deselect`` for every test already reported, until the suite is done;
 - a test hangs: pytest-timeout (signal method) fails it, reported as ``timeout``; a hang the
   signal cannot break is killed by a watchdog after the timeout plus a grace period;
-- the job runs past its own timeout: the running test is ``timeout`` and the job ends there.
+- the job runs past its own timeout: the running test is ``timeout`` and the job ends there;
+- the node dies under the job (its raylet gone, this process reparented): pytest's SIGKILL is
+  the teardown's, not the test's, so nothing more is reported and the driver, told of the
+  death, moves the job's unreported tests to another device of the arch.
 
 A twin of a sharded job (``spec["shard"]``) runs no fixed list: its pytest pulls each test from
 the job's queue (`shard_relay`, `pytest_shard`), and a test it was handed but never reported
