@@ -12,6 +12,7 @@ from __future__ import annotations
 from kernels.variants import VARIANTS
 
 NAME = "mma_weights_a"
+SWEPT = (NAME, "mma_group_sums")  # the variants a point may name
 # A point of another variant than NAME names it in its dict ({"variant": ...}); it takes the
 # tuple's keys that variant has (its register pipeline's: stages and bulk must be 0).
 VARIANT = "variant"
@@ -123,7 +124,7 @@ POINTS_2026_12_04_BULK_PACKED = {
 # unprefetched 76 registers, 6 blocks an SM). Its levers are checked against its own plain
 # register pipeline; it is a new contract, so the table takes it only with new goldens.
 HI = {"hi_in_place": 1}
-GSUMS = {VARIANT: "mma_group_sums"}
+GSUMS = {VARIANT: SWEPT[1]}
 POINTS = {
     "gate_up": [GU, (GU, HI), (32, 4, 1, 1, 0), ((32, 4, 1, 1, 0), HI),
                 ((32, 4, 1, 0, 0), GSUMS), ((32, 4, 1, 0, 0, 128, 1), GSUMS), (GU, GSUMS),
@@ -148,8 +149,7 @@ KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_
         "min_blocks", "bulk")
 KEY_DEFAULTS = (128, 0, 0, 0)  # l2_prefetch, x_early, min_blocks, bulk when a tuple stops short
 # the tables' tile columns: the variant, then every key a swept variant takes
-COLUMNS = (VARIANT, *dict.fromkeys(key for name in (NAME, "mma_group_sums")
-                                   for key in VARIANTS[name].DEFAULTS))
+COLUMNS = (VARIANT, *dict.fromkeys(key for name in SWEPT for key in VARIANTS[name].DEFAULTS))
 
 
 def as_params(pt) -> dict:

@@ -160,7 +160,7 @@ def regenerate(table: dict, results: dict, results_name: str) -> tuple[dict, lis
 # launch label names another variant than the entry's default candidate with.
 CORE_KEYS = ("n_tile", "k_groups", "unroll", "prefetch")
 VARIANT_KEY = "variant"
-SWEPT = "mma_weights_a"  # a label without VARIANT_KEY is one of its tiles
+UNNAMED = "mma_weights_a"  # the variant of a label or row without VARIANT_KEY
 
 
 def _tile_from_label(label: str) -> dict | None:
@@ -190,7 +190,7 @@ def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict,
     import statistics
 
     def full(p: dict) -> tuple | None:
-        name = p.get(VARIANT_KEY, SWEPT)
+        name = p.get(VARIANT_KEY, UNNAMED)
         if name not in defaults:
             return None
         d = defaults[name]
@@ -322,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
 def _choose(args) -> int:
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "bench"))
+    import sweep_points
     from cuda_verify_ncu import duration_us, parse
 
     from kernels.variants import VARIANTS
@@ -338,7 +339,7 @@ def _choose(args) -> int:
     except (OSError, json.JSONDecodeError) as e:
         print(f"regen_sm90_table: cannot read {e}", file=sys.stderr)
         return 2
-    swept = {name: VARIANTS[name].DEFAULTS for name in (SWEPT, "mma_group_sums")}
+    swept = {name: VARIANTS[name].DEFAULTS for name in sweep_points.SWEPT}
     new, record = choose_tiles(table, launches, cold, swept, ", ".join(f.name for f in csvs))
     for key, c in record["choices"].items():
         if "skipped" in c:

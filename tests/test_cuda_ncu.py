@@ -32,7 +32,7 @@ from kernels.variants.mma_weights_a import DEFAULTS
 # cold sweep's best, one launch each, with the SpeedOfLight/Occupancy/WarpStateStats sections.
 NCU_COLD = H200 / "previous_ncu_cold.csv"
 # the chooser's defaults: each variant the sweep runs
-SWEPT = {name: VARIANTS[name].DEFAULTS for name in ("mma_weights_a", "mma_group_sums")}
+SWEPT = {name: VARIANTS[name].DEFAULTS for name in sp.SWEPT}
 
 
 def _as_rows_csv(text: str) -> str:
