@@ -124,7 +124,8 @@ def run(ms: list[int], dtypes=("bfloat16", "float16"), points=None) -> dict:
 
 
 SHORT = {"n_tile": "n", "k_groups": "kg", "unroll": "u", "prefetch": "pf", "stages": "st",
-         "x_early": "xe", "bulk": "bulk", "hi_in_place": "hi", "min_blocks": "mb"}
+         "x_early": "xe", "bulk": "bulk", "hi_in_place": "hi", "min_blocks": "mb",
+         "late_scales": "ls"}
 
 
 def tile_label(p: dict) -> str:

@@ -125,9 +125,11 @@ POINTS_2026_12_04_BULK_PACKED = {
 # register pipeline; it is a new contract, so the table takes it only with new goldens.
 HI = {"hi_in_place": 1}
 GSUMS = {VARIANT: SWEPT[1]}
+LATE = {"late_scales": 1}  # its prefetched batch without scales: 84 registers, not 130 (gate/up)
 POINTS = {
     "gate_up": [GU, (GU, HI), (32, 4, 1, 1, 0), ((32, 4, 1, 1, 0), HI),
-                ((32, 4, 1, 0, 0), GSUMS), ((32, 4, 1, 0, 0, 128, 1), GSUMS), (GU, GSUMS),
+                ((32, 4, 1, 0, 0), GSUMS), ((32, 4, 1, 1, 0), {**GSUMS, **LATE}),
+                ((32, 4, 1, 0, 0, 128, 1), GSUMS), (GU, GSUMS),
                 ((32, 4, 1, 1, 0), GSUMS), ((16, 8, 2, 0, 0, 128, 1), GSUMS),
                 ((16, 8, 1, 0, 0), GSUMS),
                 (32, 4, 1, 1, 0, 128, 1), ((32, 4, 1, 1, 0, 128, 1), HI),
@@ -137,7 +139,8 @@ POINTS = {
                 ((32, 4, 1, 0, 4), {"bulk": 2}), ((32, 4, 1, 0, 3), {"bulk": 2}),
                 (32, 4, 1, 0, 3), (32, 4, 1, 0, 4), (32, 2, 1, 0, 3, 128, 1), (32, 8, 1, 0, 2)],
     "down": [DN, (DN, HI), (16, 8, 1, 1, 0), ((16, 8, 1, 1, 0), HI),
-             ((16, 8, 1, 0, 0), GSUMS), (DN, GSUMS), ((16, 8, 1, 1, 0), GSUMS),
+             ((16, 8, 1, 0, 0), GSUMS), ((16, 8, 1, 1, 0), {**GSUMS, **LATE}), (DN, GSUMS),
+             ((16, 8, 1, 1, 0), GSUMS),
              ((16, 17, 1, 0, 0), GSUMS), ((32, 8, 1, 0, 0), GSUMS),
              (16, 8, 1, 1, 0, 128, 1), ((16, 8, 1, 1, 0, 128, 1), HI),
              (32, 8, 1, 0, 0, 128, 1), ((32, 8, 1, 0, 0, 128, 1), HI),

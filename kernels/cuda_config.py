@@ -104,6 +104,7 @@ def _group_sums_config(name: str, m: int, k: int, n: int, group_size: int, dtype
     unroll = _batch_unroll(int(p["unroll"]), k // 128 // k_groups)
     template = {"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups, "UNROLL": unroll,
                 "PREFETCH": bool(int(p["prefetch"])), "X_EARLY": bool(int(p["x_early"])),
+                "LATE_SCALES": bool(int(p["late_scales"])),
                 "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"}
     return LaunchConfig(template, (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype,
                         int(p["min_blocks"]))

@@ -61,7 +61,7 @@ def test_group_sums_levers_equal_its_plain_pipeline_and_it_holds_the_bounds(dtyp
     wrong lane layout would be wrong on both sides: so the plain pipeline is also held to the
     half-output bound against float64, and to twice it against its portable form, the bench's
     ``check`` on 256 columns, at M=1, 8 and 16). The levers at M=8 and 16 (one and two
-    activation tiles): prefetch ending on either batch, unroll and x_early; few, since each
+    activation tiles): prefetch ending on either batch, unroll, x_early and late scales; few, since each
     tile is one more NVRTC compile of the device's time."""
     import sweep_points as sp
     from cuda_verify_sweep import check
@@ -69,7 +69,7 @@ def test_group_sums_levers_equal_its_plain_pipeline_and_it_holds_the_bounds(dtyp
     qw = _case(k, n, dtype)
     twin = sp.register_twin({sp.VARIANT: GROUP_SUMS, "n_tile": tile[0], "k_groups": tile[1]})
     levers = [{"prefetch": 1, "unroll": 1}, {"prefetch": 1, "unroll": 2},
-              {"unroll": 2, "x_early": 1}]
+              {"unroll": 2, "x_early": 1}, {"prefetch": 1, "unroll": 1, "late_scales": 1}]
     for m in (1, 8, 16):
         x = (mx.random.normal((m, k), key=mx.random.key(m)) / k ** 0.25).astype(dtype)
         y0 = sp.launch(x, qw, twin)

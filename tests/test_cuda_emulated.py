@@ -68,7 +68,9 @@ def test_group_sums_holds_the_half_output_bound_at_every_group_size_and_m(dt, gs
 LEVERS = {
     "mma_group_sums": [{"prefetch": 1}, {"prefetch": 1, "unroll": 2}, {"unroll": 2},
                        {"x_early": 1}, {"unroll": 2, "x_early": 1},
-                       {"prefetch": 1, "x_early": 1}],
+                       {"prefetch": 1, "x_early": 1}, {"late_scales": 1},
+                       {"late_scales": 1, "prefetch": 1},
+                       {"late_scales": 1, "prefetch": 1, "unroll": 2, "x_early": 1}],
     "mma_weights_a": [{"prefetch": 1}, {"prefetch": 1, "unroll": 2}, {"unroll": 2},
                       {"unroll": 2, "x_early": 1}, {"stages": 3}, {"stages": 2, "x_early": 1},
                       {"hi_in_place": 1}, {"hi_in_place": 1, "prefetch": 1},
@@ -80,7 +82,8 @@ LEVERS = {
 @pytest.mark.parametrize("name", LEVERS)
 def test_every_lever_gives_the_plain_register_pipelines_output_bit_for_bit(name, dt):
     """Each lever of each variant (prefetch's batches taking turns, whole batches of unroll,
-    activations loaded early, mma_weights_a's cp.async ring and fp16's ``hi_in_place``) at K
+    activations loaded early, mma_weights_a's cp.async ring and fp16's ``hi_in_place``,
+    mma_group_sums' scales loaded at each step's math) at K
     steps a warp of 9 (odd), 4 and 2 at M=8, and 4 at M=16 (two activation tiles): the plain
     pipeline's output bit for bit, and that output within the bounds (1 scaled ulp of
     float64, 2 of the portable form). Each tile is a clang build (~2 s, cached by content)."""

@@ -220,20 +220,20 @@ MMA_LANES = r"""
 """
 
 # The register pipeline's batches, shared by the mma variants that keep their loads in
-# registers: the body defines ``Batch`` (UNROLL K steps of loads: wq, sc, bi and with X_EARLY
-# xa, each indexed by step first), ``load(batch, first step)``, ``load_x(xa, step)`` and
-# ``mma_math(wq, sc, bi, xa)`` of one step; GROUP_STEPS, UNROLL, PREFETCH and X_EARLY are its
-# constants.
+# registers: the body defines ``Batch`` (UNROLL K steps of loads, with X_EARLY their
+# activations ``xa``), ``load(batch, first step)``, ``load_x(xa, step)`` and
+# ``batch_math(batch, u, step, xa)``, the math of the batch's u-th step; GROUP_STEPS, UNROLL,
+# PREFETCH and X_EARLY are its constants.
 BATCH_DRIVER = r"""
     auto compute = [&](const Batch& b, int s0) {
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) {
         if constexpr (X_EARLY) {
-          mma_math(b.wq[u], b.sc[u], b.bi[u], b.xa[u]);
+          batch_math(b, u, warp * GROUP_STEPS + s0 + u, b.xa[u]);
         } else {
           uint4 xa[M_TILES][4];
           load_x(xa, warp * GROUP_STEPS + s0 + u);
-          mma_math(b.wq[u], b.sc[u], b.bi[u], xa);
+          batch_math(b, u, warp * GROUP_STEPS + s0 + u, xa);
         }
       }
     };

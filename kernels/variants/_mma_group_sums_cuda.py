@@ -16,8 +16,8 @@ from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 
 # Constants: M_ROWS (<= 16), COL_TILES (16-column tiles a warp owns: n_tile / 16), K_GROUPS,
 # UNROLL (K steps of 128 whose loads go out together), PREFETCH (the next batch's loads before
-# this batch's math), X_EARLY (activations loaded with the weights), K, N, GS (32, 64 or 128),
-# IS_BF16; type T.
+# this batch's math), X_EARLY (activations loaded with the weights), LATE_SCALES (a step's scales
+# and biases loaded at its math, not with the batch), K, N, GS (32, 64 or 128), IS_BF16; type T.
 # Lane (g = lane / 4, t = lane % 4) holds 4 packed words (32 K values) of each K step of the rows
 # n0 + g and n0 + g + 8, as in mma_weights_a, but laid so that every mma's 16 K values lie in ONE
 # quantization group: word i covers K [GS (i / WPG) + 8 (t WPG + i % WPG), +8) of the step, WPG
@@ -144,10 +144,34 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
 
   // One batch: the weight loads of UNROLL K steps, all issued before any is used.
   // X_EARLY: the batch's activations are loaded with its weights, not step by step.
+  // LATE_SCALES: a step's scales and biases are loaded just before its math, not with the
+  // batch (they are L1 hits: one 32-byte sector holds 16 groups of a row), so a prefetched batch
+  // holds the weights alone: gate/up's prefetched unroll-1 tile takes 84 registers, not 130.
+  constexpr int SB_STEPS = LATE_SCALES ? 1 : UNROLL;
   struct Batch {
     uint32_t wq[UNROLL][COL_TILES][2][4];
-    uint32_t sc[UNROLL][COL_TILES][2][SW], bi[UNROLL][COL_TILES][2][SW];
+    uint32_t sc[SB_STEPS][COL_TILES][2][SW], bi[SB_STEPS][COL_TILES][2][SW];
     uint4 xa[X_EARLY ? UNROLL : 1][M_TILES][4];
+  };
+  auto load_scales = [&](uint32_t (&sc)[COL_TILES][2][SW], uint32_t (&bi)[COL_TILES][2][SW],
+                         int step) {
+#pragma unroll
+    for (int c = 0; c < COL_TILES; ++c)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 16 * c + 8 * h;  // the row's offset from the lane's first
+        load_sb(sc[c][h], s_lane + r * ROW_GROUPS + step * GPS);
+        load_sb(bi[c][h], b_lane + r * ROW_GROUPS + step * GPS);
+      }
+  };
+  auto batch_math = [&](const Batch& b, int u, int step, const uint4 (&xa)[M_TILES][4]) {
+    if constexpr (LATE_SCALES) {
+      uint32_t sc[COL_TILES][2][SW], bi[COL_TILES][2][SW];
+      load_scales(sc, bi, step);
+      mma_math(b.wq[u], sc, bi, xa);
+    } else {
+      mma_math(b.wq[u], b.sc[u], b.bi[u], xa);
+    }
   };
   auto load = [&](Batch& b, int s0) {
 #pragma unroll
@@ -157,12 +181,9 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
 #pragma unroll
       for (int c = 0; c < COL_TILES; ++c)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = 16 * c + 8 * h;  // the row's offset from the lane's first
-          load_w(b.wq[u][c][h], wp + r * WORDS);
-          load_sb(b.sc[u][c][h], s_lane + r * ROW_GROUPS + step * GPS);
-          load_sb(b.bi[u][c][h], b_lane + r * ROW_GROUPS + step * GPS);
-        }
+        for (int h = 0; h < 2; ++h)
+          load_w(b.wq[u][c][h], wp + (16 * c + 8 * h) * WORDS);
+      if constexpr (!LATE_SCALES) load_scales(b.sc[u], b.bi[u], step);
       if constexpr (X_EARLY) load_x(b.xa[u], step);
     }
   };

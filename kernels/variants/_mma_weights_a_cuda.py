@@ -297,6 +297,9 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
       uint32_t sc[UNROLL][COL_TILES][2], bi[UNROLL][COL_TILES][2];
       uint4 xa[X_EARLY ? UNROLL : 1][M_TILES][4];
     };
+    auto batch_math = [&](const Batch& b, int u, int, const uint4 (&xa)[M_TILES][4]) {
+      mma_math(b.wq[u], b.sc[u], b.bi[u], xa);
+    };
     auto load = [&](Batch& b, int s0) {
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) {

@@ -28,7 +28,10 @@ step are laid by group (``_mma_group_sums_cuda``): two 8-byte weight loads a row
 instead of one 16-byte load. GS is 32, 64 or 128; a group never spans two K steps.
 
 ``unroll``, ``prefetch``, ``x_early`` and ``min_blocks`` are the register pipeline's levers, as in
-``mma_weights_a``; none changes the arithmetic, so each must equal its plain twin bit for bit.
+``mma_weights_a``, and ``late_scales`` = 1 loads a step's scales and biases at its math instead
+of with the batch (a prefetched batch then holds the weights alone: gate/up's prefetched
+unroll-1 tile at M=8 takes 84 registers instead of 130 or 108, 5 blocks an SM instead of 3 or
+4). None changes the arithmetic, so each must equal its plain twin bit for bit.
 
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
@@ -45,7 +48,7 @@ from kernels.variants._portable import split_k
 NAME = "mma_group_sums"
 ROWS = None  # 1..16
 DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0, "x_early": 0,
-            "min_blocks": 0}
+            "min_blocks": 0, "late_scales": 0}
 METAL_SOURCE = None
 HEADER = ""
 CUDA_LAYOUT = "mma_group_sums"
@@ -56,7 +59,7 @@ CUDA_LAYOUT = "mma_group_sums"
 CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"),
                      group_multiple=32, positive=("n_tile", "k_groups", "unroll"),
                      param_choices=(("prefetch", (0, 1)), ("x_early", (0, 1)),
-                                    ("min_blocks", (0, 2, 3, 4, 5, 6))),
+                                    ("min_blocks", (0, 2, 3, 4, 5, 6)), ("late_scales", (0, 1))),
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
 GROUP_SIZES = (32, 64, 128)
