@@ -76,7 +76,7 @@ def mma_a_k_step(name: str, template: dict) -> int:
     """The mma a warp issues per K step of 128: 4 words x 2 per column tile and activation
     tile, and mma_group_sums' sums of x (an mma pair a word and activation tile, A = ones)."""
     m_tiles = -(-template["M_ROWS"] // 8)
-    return 8 * m_tiles * (template["COL_TILES"] + (name == "mma_group_sums"))
+    return 8 * m_tiles * (template["COL_TILES"] + getattr(VARIANTS[name], "SUMS_X_MMA", False))
 
 
 def tile_row(op: str, dtype: str, m: int, params: dict) -> dict:

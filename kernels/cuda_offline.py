@@ -37,12 +37,15 @@ def translation_unit(name: str, dtype: str, constants: dict, header: str | None 
              v.CUDA_HEADER if header is None else header,
              (f'extern "C" __global__ void dflash2_{name}(const {t}* x, const uint32_t* w, '
               f"const {t}* scales, const {t}* biases, {t}* y) {{"), f"  using T = {t};"]
-    for key, value in constants.items():
-        kind = "bool" if isinstance(value, bool) else "int"
-        text = str(value).lower() if isinstance(value, bool) else str(int(value))
-        lines.append(f"  constexpr {kind} {key} = {text};")
-    lines += [v.CUDA_SOURCE, "}"]
+    lines += [*constant_lines(constants), v.CUDA_SOURCE, "}"]
     return "\n".join(lines) + "\n"
+
+
+def constant_lines(constants: dict) -> list[str]:
+    """The template constants as MLX writes them at the top of a kernel's body (``constexpr``
+    lines): what the offline compile and the CUDA emulator (kernels/cuda_emu) both give it."""
+    return [f"  constexpr {'bool' if isinstance(v, bool) else 'int'} {k} = "
+            f"{str(v).lower() if isinstance(v, bool) else int(v)};" for k, v in constants.items()]
 
 
 def nvcc() -> str | None:

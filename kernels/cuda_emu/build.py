@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kernels import cuda_offline
 from kernels.metal_emu import glue, toolchain
 from kernels.variants import VARIANTS
 from kernels.variants import _cuda_common as common
@@ -128,9 +129,7 @@ def header(name: str) -> str:
 def translation_unit(name: str, dtype: str, template: dict) -> str:
     """The shim, the header, the body with its constants, and the executor's entry."""
     t = C_TYPES[dtype]
-    consts = "\n".join(
-        f"  constexpr {'bool' if isinstance(v, bool) else 'int'} {k} = "
-        f"{str(v).lower() if isinstance(v, bool) else int(v)};" for k, v in template.items())
+    consts = "\n".join(cuda_offline.constant_lines(template))
     return "\n".join([
         '#include "cuda_emu.h"',
         'extern "C" {',

@@ -63,6 +63,9 @@ CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
 GROUP_SIZES = (32, 64, 128)
+# Besides the weights' mma, one more mma pair a word and activation tile sums x (A = ones): the
+# static report counts a K step's mma with it (bench/sass_static.py).
+SUMS_X_MMA = True
 
 
 def portable(x: mx.array, qw: QWeights, params: dict) -> mx.array:
