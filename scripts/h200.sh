@@ -92,7 +92,8 @@
 #      choose_run_a.log; the sweep's budget ran out before any gate/up tile, so only down's
 #      tiles were checked: here, python3 scripts/regen_sm90_table.py --choose-from-ncu
 #      bench/results/h200/ncu_cold.csv --cold-sweep bench/results/h200/cuda_verify_cold_sweep_down.json
-#      --choice-out bench/results/h200/tile_choice_down.json (the down M=8 tiles, committed)
+#      --choice-out bench/results/h200/tile_choice_down.json (the down M=8 tiles, committed; now
+#      previous_tile_choice_down.json)
 # Run B (19:58-20:08 UTC), from that commit:
 #   run (carry .whl/p1):  bash scripts/h200.sh stage
 #   run (carry .whl/p2):  bash scripts/h200.sh stage && bash scripts/h200.sh install &&
@@ -106,7 +107,7 @@
 #                         bash scripts/h200.sh suites
 #   here:  cuda_verify.{json,md,log}, cuda_verify_ncu_{rows,limits}.csv, h200_suites.jsonl,
 #          suites.log, goldens.log, regen_on_device.log, and the gate/up sweep, ncu and choice
-#          (*_gate_up.*, tile_choice_gate_up.json) into bench/results/h200/; then
+#          (*_gate_up.*, tile_choice_gate_up.json, now previous_*) into bench/results/h200/; then
 #          python3 scripts/regen_sm90_table.py --results bench/results/h200/cuda_verify.json
 #            --table chosen_table.json (the run's, file names in its notes made repo paths)
 #          > kernels/selection_table.json = candidate_table.json (regen.log);
@@ -211,7 +212,24 @@
 #   (fresh machine, the regenerated table committed): stage, then stage, install, timeout 330
 #     suites  -> goldens.log, suites/fingerprints.json (one digest added), and the suites cut
 #     by the timeout after 101 of 140: h200_suites_new_table_partial.jsonl
-# The next session's plan (the 30 min of device time a session gets; each call follows the
+# The group-sums run (2026-12-05 02:03-02:33 UTC, tree 055800e; device ~1,540 s with two
+# machines' starts; each call followed the last at once, results tarred into one file a call):
+#   run (carry .whl/p1) stage; run (carry .whl/p2) stage, install, BENCH_TIMEOUT=260 coldsweep
+#     --check-only --ms 8 (247 s: every point bit-exact)  -> group_sums_check_cold_sweep.*
+#   run: NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16 NCU_TIMEOUT=380 ncucold --points --ms 8
+#     --reps 1; choose (178 s)  -> group_sums_ncu_cold.*, group_sums_choose.log,
+#     tile_choice_m8.json, group_sums_chosen_table.json (its notes' CSV name made a repo path)
+#   run: BENCH_TIMEOUT=470 bench --table-rows --ncu --ncu-timeout 150; regen (448 s; the ncu
+#     sections run was cut by its timeout)  -> cuda_verify.*, cuda_verify_ncu_*.csv,
+#     regen_on_device.log, candidate_table_on_device.json
+#   (the machine went back idle) run (carry .whl/p1) stage; run (carry .whl/p2) stage, install,
+#     cp bench/results/h200/candidate_table.json /tmp/h200res/ (the tree carried it), timeout
+#     440 suites (289 s with the install: 139 of 140, test_selection listing the 4 changed rows)
+#     -> h200_suites.jsonl, suites.log, goldens.log, suites/fingerprints.json (3 digests added)
+#   here: regen_sm90_table.py --results bench/results/h200/cuda_verify.json --table
+#     bench/results/h200/group_sums_chosen_table.json --out kernels/selection_table.json
+#     (= candidate_table.json); python -m suites.expected_selections --write
+# The plan that run followed (the 30 min of device time a session gets; each call follows the
 # last at once; ncu took ~1.4 s a profiled launch in the 20:11 runs: 144 in 200 s). First,
 # here: python scripts/rehearse_h200_plan.py (the plan's Python with a stand-in kernel, 13 s;
 # CI runs it: tests/test_h200_plan_rehearsal.py), and with --emulate (--point-m 8, then 16):
@@ -233,6 +251,9 @@
 #     core); HOST_TIMEOUT=150 hostcost; the M=16 set (SWEEP_OUT=/tmp/h200res/m16 coldsweep
 #     --check-only --point-m 16 --ms 16, ncucold --points --ms 16).
 #   here: python3 bench/sass_static.py if POINTS changed (the static counts beside ncu's times)
+# Next in line now: RECORD_GOLDENS=0 suites on a fresh machine with the committed table and
+#   goldens; the M=16 set (SWEEP_OUT=/tmp/h200res/m16 coldsweep --check-only --point-m 16
+#   --ms 16, ncucold --points --ms 16, choose with COLD_SWEEPS of both); devtests; hostcost.
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"
