@@ -484,8 +484,18 @@ def main(argv=None) -> int:
     ap.add_argument("--merge-ncu", default=None, metavar="CSV",
                     help="measure nothing: merge this ncu CSV (--rows) into --out's "
                          "cuda_verify.json and render it again")
+    ap.add_argument("--render", action="store_true",
+                    help="measure nothing: render --out's cuda_verify.json into its .md again "
+                         "(after a change to the report; the data stay as measured)")
     args = ap.parse_args(argv)
     out = Path(args.out)
+    if args.render:
+        src = out / "cuda_verify.json"
+        if not src.is_file():
+            print(f"error: no {src} to render", file=sys.stderr)
+            return 2
+        (out / "cuda_verify.md").write_text(render(json.loads(src.read_text())))
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     if args.merge_ncu:
         import cuda_verify_ncu as cvn

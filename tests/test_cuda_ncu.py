@@ -386,6 +386,32 @@ def test_the_committed_bench_json_renders_its_committed_markdown():
     assert len(rows) == 18 and all(float(r[col]) > 0 for r in rows)
 
 
+def test_the_report_states_each_miss_of_the_goal_in_us():
+    """The bench says by how much a row misses 70% of its run's ceiling (issue 14), from ncu's
+    time alone where the run has one, else from the chain; a row at the goal is met."""
+    from cuda_verify_report import goal_lines
+    rows = [{"shape": "gate_up", "dtype": "bfloat16", "M": 8, "floor_us": 14.0,
+             "ncu_custom_us": 20.0, "chain_custom_compiled_us": 30.0},
+            {"shape": "down", "dtype": "float16", "M": 8, "floor_us": 14.0,
+             "ncu_custom_us": 23.0, "chain_custom_compiled_us": 24.0},
+            {"shape": "down", "dtype": "float16", "M": 16, "floor_us": 14.0,
+             "chain_custom_compiled_us": 21.0},
+            {"shape": "vocab", "dtype": "float16", "M": 16, "floor_us": 14.0}]
+    got = [ln.split("|") for ln in goal_lines({"rows": rows}) if ln.startswith("| ")][1:]
+    assert [c[10].strip() for c in got] == [
+        "met", "missed by 3.0 µs (ncu)", "missed by 1.0 µs (chain)"]
+    assert [c[5].strip() for c in got] == ["20.0"] * 3
+    assert got[1][7].strip() == "+3.0 (+15%)" and got[0][9].strip() == "+10.0 (+50%)"
+    assert goal_lines({"rows": rows[3:]}) == []
+    # the committed run: gate/up and down miss at M=8, the vocab head meets it
+    md = (H200 / "cuda_verify.md").read_text()
+    verdict = {tuple(c.strip() for c in ln.split("|")[1:4]): ln.split("|")[10].strip()
+               for ln in md[md.index("**Against the goal**"):].splitlines()
+               if ln.startswith("| ") and ln.count("|") == 11 and "shape" not in ln}
+    assert verdict[("vocab", "bfloat16", "8")] == "met"
+    assert verdict[("gate_up", "bfloat16", "8")].startswith("missed by 3.9")
+
+
 def test_the_sass_summaries_are_what_ncus_source_pages_say():
     """bench/sass_stalls.py sums ncu's per-instruction source page by opcode: the committed
     summaries are what their committed pages give, and they show what the one-LOP3 change
