@@ -251,9 +251,19 @@
 #     core); HOST_TIMEOUT=150 hostcost; the M=16 set (SWEEP_OUT=/tmp/h200res/m16 coldsweep
 #     --check-only --point-m 16 --ms 16, ncucold --points --ms 16).
 #   here: python3 bench/sass_static.py if POINTS changed (the static counts beside ncu's times)
-# Next in line now: RECORD_GOLDENS=0 suites on a fresh machine with the committed table and
-#   goldens; the M=16 set (SWEEP_OUT=/tmp/h200res/m16 coldsweep --check-only --point-m 16
-#   --ms 16, ncucold --points --ms 16, choose with COLD_SWEEPS of both); devtests; hostcost.
+# The next session's plan (~1,400 s of the 1,800; every call follows the last at once, each
+# tars its results into one file of $OUT; timings from the 2026-12-05 run):
+#   run (carry .whl/p1) stage; run (carry .whl/p2) stage, install, SWEEP_OUT=/tmp/h200res/m16
+#     BENCH_TIMEOUT=330 coldsweep --check-only --point-m 16 --ms 16 (the same 49 points at
+#     M=16, each against its register twin; ~300 s)
+#   run: NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16 NCU_TIMEOUT=380 ncucold --points --ms 16
+#     --reps 1 --cold-sweep /tmp/h200res/m16/cuda_verify_cold_sweep.json;
+#     COLD_SWEEPS=/tmp/h200res/m16/cuda_verify_cold_sweep.json choose (~180 s: the M=16 rows
+#     chosen, the rest of the committed table kept)
+#   run: BENCH_TIMEOUT=500 bench --table-rows --ncu --ncu-timeout 150 (the table rows now
+#     include the vocab candidates, 4 rows of 716 MB); regen; then at once timeout 440 suites
+#     (goldens recorded where a tile changed; ~800 s in all)
+#   with what is left: TEST_TIMEOUT=240 devtests; HOST_TIMEOUT=150 hostcost.
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"

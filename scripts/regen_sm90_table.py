@@ -66,7 +66,7 @@ def verdict(row: dict | None, variant: str, params: dict,
     ``alone``: the bench's main row of the same shape, dtype and M, whose ncu times (each
     launch alone, cold) are used where it ran this same kernel and tile."""
     if row is None:
-        return False, {"why": "not measured cold"}
+        return False, {"why": "not measured cold as a table row (bench --table-rows)"}
     if row.get("error") or row.get("variant") != variant or row.get("params") != params:
         what = row.get("error") or f"measured {row.get('variant')} {row.get('params')}"
         return False, {"why": f"no cold measurement of this candidate ({what[:120]})"}

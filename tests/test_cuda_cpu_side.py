@@ -43,6 +43,10 @@ def test_sm90_selects_what_beat_stock_on_the_h200():
     assert select(H200, "float16", 8, 17408, 5120).variant == "mma_group_sums"
     # dropped to stock by the 2026-12-03 20:02 UTC run (margin within its noise), kept by the
     # 2026-12-04 15:25 UTC run (21.5 us > noise 6.0 us): the table follows each run's data
+    # the vocab head: stock until a table row measures its candidate (the bench's own vocab
+    # rows ran gate/up's tile at 2.0-2.4x stock alone, but a table entry needs its table row)
+    v = select(H200, "bfloat16", 8, 5120, 248320)
+    assert (v.variant, v.reason) == ("stock", "fallback:measured")
     q = select(H200, "float16", 4, 5120, 2048)
     assert (q.variant, q.reason) == ("mma_verify", "tuned")
 
@@ -80,6 +84,8 @@ def test_every_sm90_entry_is_the_fastest_kernel_measured_and_beat_stock():
         cand = e["candidate"] if e["variant"] == "stock" else e
         assert e["variant"] != "stock" or "not above the noise" in e["reason"] or (
             "not measured" in e["reason"]), where
+        if e["variant"] == "stock" and "not measured" in e["reason"]:
+            continue  # selects stock and claims no measurement: nothing to hold it to
         c = choices.get(f"{shape}/{dtype}/{e['M']}")
         if c is not None:
             assert (cand["variant"], cand["params"]) == (c["variant"], c["chosen"]), where
