@@ -42,8 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import shutil
-import statistics
 import subprocess
 import sys
 import time
@@ -54,7 +52,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import mlx.core as mx
+from cuda_timing import (
+    BITS,
+    COLD_TARGET_BYTES,
+    GS,
+    L2_BYTES,
+    chain_us,
+    device_us,
+    make_copies,
+    profilers,
+    qbytes,
+    read_ceiling,
+    wall_us,
+)
 from cuda_verify_report import render
+from cuda_verify_tiles import SHAPES, table_candidates, tile_for
 
 from devices.identity import current_device
 from kernels import cuda
@@ -63,137 +75,10 @@ from kernels.qweights import QWeights
 from kernels.variants import stock as stock_variant
 
 ROOT = Path(__file__).resolve().parents[1]
-SHAPES = {"gate_up": (5120, 17408), "down": (17408, 5120)}
 # Timed beside them in the main rows (not tiled by the sweeps): the LM head, 636 MB of 4-bit
 # weights, larger than L2 ten times over, so even one copy is cold.
 MAIN_SHAPES = {**SHAPES, "vocab": (5120, 248320)}
 DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16}
-L2_BYTES = 60 * 10 ** 6
-COLD_TARGET_BYTES = 240 * 10 ** 6  # > 2x L2 with room to spare
-GS, BITS = 64, 4
-
-
-def read_ceiling(gib: float, reps: int) -> dict:
-    """Read-only reduction and an elementwise read+write pass over the same ``gib`` GiB."""
-    n = int(gib * (1 << 30)) // 4
-    a = mx.ones((n,), dtype=mx.float32)
-    mx.eval(a)
-    out = {"gib": gib, "elements": n}
-    for label, fn, moved in (("sum_read_only", lambda a=a: mx.sum(a), n * 4),
-                             ("copy_a_plus_1_read_write", lambda a=a: a + 1.0, 2 * n * 4)):
-        for _ in range(3):
-            mx.eval(fn())
-        ts = []
-        for _ in range(reps):
-            y = fn()
-            t0 = time.perf_counter()
-            mx.eval(y)
-            ts.append(time.perf_counter() - t0)
-            del y
-        t = statistics.median(ts)
-        out[label] = {"bytes": moved, "median_s": t, "Bps": moved / t,
-                      "all_s": ts}
-    del a
-    mx.clear_cache()
-    return out
-
-
-def profilers() -> dict:
-    res = {}
-    for tool in ("nsys", "ncu", "nvidia-smi"):
-        path = shutil.which(tool) or next(
-            (p for p in (f"/usr/local/cuda/bin/{tool}",) if Path(p).exists()), None)
-        entry = {"path": path}
-        if path and tool != "nvidia-smi":
-            try:
-                entry["version"] = subprocess.run([path, "--version"], capture_output=True,
-                                                  text=True, timeout=30, check=False).stdout.strip()[-200:]
-            except Exception as e:  # noqa: BLE001 - recorded, not fatal
-                entry["version_error"] = str(e)[:200]
-        res[tool] = entry
-    smi = res["nvidia-smi"]["path"]
-    if smi:
-        try:
-            res["clocks"] = subprocess.run(
-                [smi, ("--query-gpu=name,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,"
-                       "power.draw,temperature.gpu,persistence_mode"),
-                 "--format=csv"], capture_output=True, text=True, timeout=30,
-                check=False).stdout.strip()
-        except Exception as e:  # noqa: BLE001
-            res["clocks_error"] = str(e)[:200]
-    return res
-
-
-def make_copies(k: int, n: int, dt, count: int, seed: int = 0) -> list[QWeights]:
-    copies = []
-    for i in range(count):
-        w = mx.random.normal((n, k), key=mx.random.key(seed + i)) / k ** 0.5
-        qw = QWeights.quantize(w, GS, BITS, dt)
-        mx.eval(qw.wq, qw.scales, qw.biases)
-        del w
-        copies.append(qw)
-    mx.clear_cache()
-    return copies
-
-
-def qbytes(qw: QWeights) -> int:
-    return qw.wq.nbytes + qw.scales.nbytes + qw.biases.nbytes
-
-
-def device_us(make, batch: int, reps: int) -> dict:
-    """Per-launch time: ``batch`` launches built (untimed), then one timed ``mx.eval``. The
-    per-batch figures are kept: their spread is the noise the selection table's regeneration
-    (scripts/regen_sm90_table.py) holds a speed-up against."""
-    for _ in range(2):
-        mx.eval([make(i) for i in range(batch)])
-    ts = []
-    for _ in range(reps):
-        outs = [make(i) for i in range(batch)]
-        t0 = time.perf_counter()
-        mx.eval(outs)
-        ts.append((time.perf_counter() - t0) / batch * 1e6)
-        del outs
-    return {"us": statistics.median(ts), "min_us": min(ts), "max_us": max(ts), "batches_us": ts}
-
-
-def chain_us(step, x: mx.array, batch: int, reps: int) -> dict:
-    """Per launch when each launch waits for the one before, as a model's chain of dependent
-    projections does (the batched ``device_us`` lets independent launches overlap): launch i+1
-    reads ``x + 0 * y_i[:, :1]`` (one small fused kernel, the link), so the batch is a chain;
-    the same chain of links alone is timed too and taken off. ``step(x_i, i)`` is launch i
-    (``i`` picks its weight copy: cold weights stay cold). Median over ``reps`` chains after
-    two warm-up chains."""
-    link = mx.compile(lambda a, y: a + (y[:, :1] * 0).astype(a.dtype))
-
-    def timed(with_kernel: bool) -> list[float]:
-        ts = []
-        for r in range(reps + 2):
-            xi, outs = x, []
-            for i in range(batch):
-                xi = link(x, step(xi, i) if with_kernel else xi)
-                outs.append(xi)
-            t0 = time.perf_counter()
-            mx.eval(outs)
-            if r >= 2:
-                ts.append((time.perf_counter() - t0) / batch * 1e6)
-            del outs
-        return ts
-    chain, links = timed(True), timed(False)
-    return {"us": statistics.median(chain) - statistics.median(links),
-            "chain_us": statistics.median(chain), "link_us": statistics.median(links),
-            "chain_batches_us": chain, "link_batches_us": links}
-
-
-def wall_us(make, batch: int, reps: int) -> dict:
-    """Per-launch time as an eager caller sees it: building the batch's graph and evaluating
-    it, both timed (host cost + device time, partly overlapped)."""
-    mx.eval([make(i) for i in range(batch)])
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        mx.eval([make(i) for i in range(batch)])
-        ts.append((time.perf_counter() - t0) / batch * 1e6)
-    return {"us": statistics.median(ts), "min_us": min(ts), "max_us": max(ts), "batches_us": ts}
 
 
 def stock(x, wq, s, b):
@@ -222,44 +107,6 @@ def paths_for(name: str, params: dict) -> dict:
             "stock_compiled": lambda x, q: stock_c(x, q.wq, q.scales, q.biases),
             "custom_eager": lambda x, q: cuda.launch(name, x, q, params),
             "custom_compiled": lambda x, q: custom_c(x, q.wq, q.scales, q.biases)}
-
-
-def sweep_choice(sweep: dict, op: str, dt_name: str) -> tuple[str, dict]:
-    """The custom kernel and tile the hot-weight sweep chose for this shape at M=8: the last
-    resort of ``tile_for``, for a shape the table does not list (the table's tiles were chosen
-    cold since)."""
-    b = (sweep.get("shapes", {}).get(f"{op}/{dt_name}") or {}).get("best_m8") or {}
-    if b.get("variant"):
-        return b["variant"], {k: b[k] for k in ("n_tile", "k_groups", "unroll", "prefetch")
-                              if k in b}
-    return "mma_weights_a", {"n_tile": 32, "k_groups": 2, "unroll": 2, "prefetch": 0}
-
-
-def table_choice(table: dict, op: str, dt_name: str, m: int = 8) -> tuple[str, dict] | None:
-    """The custom kernel and tile the selection table's sm_90 entry ships for this shape and
-    dtype at M=``m`` (for an entry the regeneration dropped to stock, its kept candidate)."""
-    for e in table.get("entries", []):
-        if ("sm_90" in e["devices"] and op in e["shapes"] and dt_name in e["dtypes"]
-                and int(e["M"]) == m):
-            c = e.get("candidate") or {"variant": e["variant"], "params": e.get("params", {})}
-            if c["variant"] != "stock":
-                return c["variant"], dict(c["params"])
-    return None
-
-
-def tile_for(table: dict, sweep: dict, op: str, k: int, dt_name: str,
-              m: int) -> tuple[str, dict, str]:
-    """(kernel, tile, where it came from) for one main row: the table's sm_90 entry at this
-    shape, dtype and M (its candidate where it selects stock), else its M=8 entry, else the
-    entry at M (then M=8) of a tabled shape with the same K (the vocab head reads gate_up's
-    activations), else the hot sweep's M=8 choice."""
-    same_k = [shape for shape, (k2, _) in SHAPES.items() if k2 == k and shape != op]
-    for shape, at, note in ((op, m, ""), (op, 8, ""),
-                            *((s, a, " (same K)") for s in same_k for a in (m, 8))):
-        c = table_choice(table, shape, dt_name, at)
-        if c:
-            return (*c, f"table {shape} M={at}{note}")
-    return (*sweep_choice(sweep, op, dt_name), "hot sweep M=8")
 
 
 def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float,
@@ -347,25 +194,6 @@ def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float
     del copies, one
     mx.clear_cache()
     return rows
-
-
-def table_candidates(table: dict) -> list[dict]:
-    """One record per key of every sm_90 entry of the selection table: the custom kernel it
-    selects, or for an entry the regeneration dropped to stock, the ``candidate`` it keeps, so
-    each run measures it again and a later run can restore it (scripts/regen_sm90_table.py)."""
-    out = []
-    for e in table["entries"]:
-        if "sm_90" not in e["devices"]:
-            continue
-        cand = e.get("candidate") or {"variant": e["variant"], "params": e.get("params", {})}
-        for shape in e["shapes"]:
-            k, n = table["shapes"][shape]
-            for dt in e["dtypes"]:
-                for gs in e["group_sizes"]:
-                    out.append({"shape": shape, "K": int(k), "N": int(n), "dtype": dt,
-                                "M": int(e["M"]), "group_size": int(gs), "bits": int(e["bits"]),
-                                "variant": cand["variant"], "params": dict(cand["params"])})
-    return out
 
 
 def measure_candidate(c: dict, ceiling: float, batch: int, reps: int) -> dict:

@@ -43,7 +43,7 @@ from types import MappingProxyType, SimpleNamespace
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-import cuda_verify
+import cuda_verify_tiles
 import mlx.core as mx
 
 from kernels import cuda
@@ -58,7 +58,7 @@ CUDA_TYPES = {"bfloat16": "__nv_bfloat16", "float16": "__half", "float32": "floa
 def table_tile(shape: str, dtype: str, m: int = 8) -> dict:
     """The tile the table's sm_90 entry ships (its candidate where it selects stock)."""
     table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
-    chosen = cuda_verify.table_choice(table, shape, dtype, m)
+    chosen = cuda_verify_tiles.table_choice(table, shape, dtype, m)
     if chosen is None:
         raise LookupError(f"no sm_90 entry for {shape} {dtype} M={m}")
     return chosen[1]
