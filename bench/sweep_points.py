@@ -50,7 +50,7 @@ POINTS_2026_12_04 = {
              (32, 4, 1, 0, 2, 128, 1), (16, 8, 1, 0, 2, 128, 1)],
 }
 # Two more sets ran on 2026-12-04 and are kept only as records, with the code they needed
-# (removed after: neither moved the time; docs/KERNELS.md): at ebc2480, the shipped tiles with
+# (removed after: neither moved the time; docs/CUDA.md): at ebc2480, the shipped tiles with
 # ``l2_ahead`` (an L2 prefetch of the weights D K steps ahead) and ``min_blocks`` (launch
 # bounds), bench/results/h200/levers_*; at 8ed1b86, load cache policies (weights kept out of L1,
 # activations in it), bench/results/h200/ldpolicy_*.
@@ -93,7 +93,7 @@ POINTS_2026_12_04_BULK_PACKED = {
     "down": [DN, ((16, 8, 1, 0, 4), {"bulk": 2}), ((16, 8, 1, 0, 6), {"bulk": 2}),
              ((16, 4, 1, 0, 6), {"bulk": 2}), ((16, 8, 2, 0, 3), {"bulk": 2})],
 }
-# The next sweep, after the one-LOP3 change (2026-12-04 20:10 UTC, docs/KERNELS.md): the shipped
+# The next sweep, after the one-LOP3 change (2026-12-04 20:10 UTC, docs/CUDA.md): the shipped
 # tiles; the register tiles ncu timed faster than them after it, at M=16 (gate/up (32, 4, 1, 0,
 # x_early), down (32, 8, 1, 0, x_early)) and at M=8 (gate/up without x_early),
 # bench/results/h200/lop3_ncu_cold.*, which only a sweep's bit-exact check lets into the table;

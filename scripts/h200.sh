@@ -152,7 +152,7 @@
 #   run (carry .whl/p1), then (carry .whl/p2): stage, install,
 #      BENCH_TIMEOUT=200 coldsweep --no-ring --point-m 16 --ms 16 --chain --dtypes bfloat16
 #        --budget-s 120; NCU_LIGHT=1 NCU_TIMEOUT=110 ncucold --points --no-ring --ms 16 --reps 2
-#   -> bench/results/h200/row_split_experiment_* (docs/KERNELS.md, "Over M")
+#   -> bench/results/h200/row_split_experiment_* (docs/CUDA.md, "Over M")
 # The levers runs (2026-12-04; device ~880 s in all, two machines' starts included):
 #   at ebc2480 (l2_ahead, min_blocks): run (carry .whl/p1) stage; run (carry .whl/p2) stage,
 #     install, BENCH_TIMEOUT=230 coldsweep --no-ring --ms 8 --budget-s 170 --reps 5 --batch 64;

@@ -21,7 +21,7 @@ Why: ``mma_weights_a`` spends 240 of its 324 instructions a K step (gate/up's sh
 nvcc for sm_90: bench/results/sass_static.md) on dequantization, a LOP3, an HADD2 and an HFMA2
 a nibble pair. Here a pair costs the LOP3 alone and, per group and 16 columns, ~14 instructions
 of epilogue; the ones-mma adds 8 mma a K step at M=8. Worth it if the warps wait on their own
-instructions rather than on memory (docs/KERNELS.md, "The stock contract as a variant").
+instructions rather than on memory (docs/CUDA.md, "`mma_group_sums`: the stock contract as a variant").
 
 Lanes: every mma's 16 K values must lie in one quantization group, so a lane's 4 words of a K
 step are laid by group (``_mma_group_sums_cuda``): two 8-byte weight loads a row at GS = 64

@@ -37,9 +37,9 @@ dynamic shared memory with bulk copies (the TMA's 1-D form: one instruction a ro
 and the block's scales and biases once, each completing on an mbarrier; the K groups' warps
 wait on the stage's barrier, read the ring, release the slot and compute, in the register
 pipeline's order, so the output is that pipeline's bit for bit. The levers measured on
-2026-12-04 (docs/KERNELS.md) left a warp that both waits on its loads and computes as what
+2026-12-04 (docs/CUDA.md) left a warp that both waits on its loads and computes as what
 limits gate/up and down; this takes the wait off the computing warps without registers.
-Measured the same day: right bit for bit on the H200, and no faster (docs/KERNELS.md).
+Measured the same day: right bit for bit on the H200, and no faster (docs/CUDA.md).
 
 ``bulk`` = 2 is the same pipeline on weights packed once per weights (``pack_weights``, kept
 with them: a second copy of w) so that each stage of a block is one contiguous bulk copy
