@@ -263,7 +263,10 @@
 #   run: BENCH_TIMEOUT=500 bench --table-rows --ncu --ncu-timeout 150 (the table rows now
 #     include the vocab candidates, 4 rows of 716 MB); regen; then at once timeout 440 suites
 #     (goldens recorded where a tile changed; ~800 s in all)
-#   with what is left: TEST_TIMEOUT=240 devtests; HOST_TIMEOUT=150 hostcost.
+#   with what is left: TEST_TIMEOUT=240 devtests; HOST_TIMEOUT=150 hostcost; and what limits
+#     gate/up (docs/CUDA.md, "The 70% goal"): NCU_LIGHT=1 NCU_CACHE=none NCU_TAG=_hot
+#     NCU_DTYPES=bfloat16 ncucold --shapes gate_up --ms 8 --reps 3 (the table's tile: its 1st
+#     launch cold, the next two with the weights the 1st left in L2, each alone; ~30 s).
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"
@@ -381,8 +384,11 @@ case "$cmd" in
       sections=""
       metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,$metrics,launch__registers_per_thread
     fi
+    # NCU_CACHE=none: caches left as they are, so a tile's 2nd and later launches (--reps) read
+    # weights the 1st left in L2 (hot alone; ncu's dram__bytes_read says how hot) beside the
+    # cold 1st: whether memory or the warps' own chain limits a tile
     # shellcheck disable=SC2086
-    timeout "${NCU_TIMEOUT:-150}" "$NCU" --clock-control none --cache-control all \
+    timeout "${NCU_TIMEOUT:-150}" "$NCU" --clock-control none --cache-control "${NCU_CACHE:-all}" \
       -k 'regex:qmm|qmv|dflash2' --csv $sections --metrics "$metrics" \
       python3 bench/cuda_verify_ncu.py \
       $([ -f /tmp/h200res/cuda_verify_cold_sweep.json ] \
