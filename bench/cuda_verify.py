@@ -317,22 +317,22 @@ def main(argv=None) -> int:
                          "(after a change to the report; the data stay as measured)")
     args = ap.parse_args(argv)
     out = Path(args.out)
-    if args.render:
+    if args.render or args.merge_ncu:  # measure nothing: a committed run, rendered again
         src = out / "cuda_verify.json"
         if not src.is_file():
-            print(f"error: no {src} to render", file=sys.stderr)
+            print(f"error: no {src} to {'render' if args.render else 'merge into'}",
+                  file=sys.stderr)
             return 2
-        (out / "cuda_verify.md").write_text(render(json.loads(src.read_text())))
-        return 0
-    out.mkdir(parents=True, exist_ok=True)
-    if args.merge_ncu:
-        import cuda_verify_ncu as cvn
-        res = json.loads((out / "cuda_verify.json").read_text())
-        print(f"{cvn.merge(res, Path(args.merge_ncu).read_text(), Path(args.merge_ncu).name)} "
-              "rows with ncu stock and custom times")
-        (out / "cuda_verify.json").write_text(json.dumps(res, indent=1))
+        res = json.loads(src.read_text())
+        if args.merge_ncu:
+            import cuda_verify_ncu as cvn
+            csv_path = Path(args.merge_ncu)
+            print(f"{cvn.merge(res, csv_path.read_text(), csv_path.name)} rows with ncu stock "
+                  "and custom times")
+            src.write_text(json.dumps(res, indent=1))
         (out / "cuda_verify.md").write_text(render(res))
         return 0
+    out.mkdir(parents=True, exist_ok=True)
     sweep_path = Path(args.sweep_json) if args.sweep_json else (
         ROOT / "bench" / "results" / "h200" / "cuda_verify.json")
     sweep = json.loads(sweep_path.read_text()) if sweep_path.exists() else {}
