@@ -118,6 +118,23 @@ def test_the_committed_candidate_table_is_what_the_cold_results_say():
     assert len(decisions) == len([e for e in shipped["entries"] if "sm_90" in e["devices"]])
 
 
+def test_every_sm90_entry_and_kept_candidate_launches_at_its_keys():
+    """The table's loader checks the variant an entry selects, not the candidate a stock entry
+    keeps for the next bench to measure (the vocab head's, one dropped by the noise): each of
+    those must build a launch too, or the device run would spend its time on an error row."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from cuda_verify_tiles import table_candidates
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    rows = table_candidates(table)
+    assert any(r["shape"] == "vocab" for r in rows)
+    for r in rows:
+        if r["variant"] == "stock":
+            continue
+        cfg = cuda.launch_config(r["variant"], r["M"], r["K"], r["N"], r["group_size"],
+                                 r["dtype"], r["params"])
+        assert cfg.grid > 0, r
+
+
 def test_launch_configs_are_checked_without_a_gpu():
     cfg = cuda.launch_config("mma_weights_a", 8, 17408, 5120, 64, "float16",
                              {"n_tile": 64, "k_groups": 17, "unroll": 4})
