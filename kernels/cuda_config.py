@@ -59,7 +59,10 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     want = int(p["unroll"])
     stages, x_early = int(p.get("stages", 0)), int(p.get("x_early", 0))
     min_blocks, bulk = int(p.get("min_blocks", 0)), int(p.get("bulk", 0))
-    hi_in_place = int(p.get("hi_in_place", 0))
+    hi_in_place, ablate = int(p.get("hi_in_place", 0)), int(p.get("ablate", 0))
+    if ablate and (stages or bulk):
+        raise tiling.TilingError(f"{name}: ablate takes a part out of the register pipeline "
+                                 f"only, not the cp.async ring or the bulk pipeline")
     if hi_in_place and dtype != "float16":
         raise tiling.TilingError(
             f"{name}: hi_in_place is for float16 only, not {dtype} (bf16's 7-bit mantissa "
@@ -72,6 +75,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                 "PREFETCH": bool(int(p["prefetch"])), "STAGES": stages,
                 "L2_PREFETCH": int(p.get("l2_prefetch", 128)), "X_EARLY": bool(x_early),
                 "HI_IN_PLACE": bool(hi_in_place), "BULK": bool(bulk), "PACKED": bulk == 2,
+                "ABLATE": ablate,
                 "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"}
     if bulk:
         return _bulk_config(name, m, k, n, group_size, dtype, template, min_blocks)
@@ -104,7 +108,7 @@ def _group_sums_config(name: str, m: int, k: int, n: int, group_size: int, dtype
     unroll = _batch_unroll(int(p["unroll"]), k // 128 // k_groups)
     template = {"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups, "UNROLL": unroll,
                 "PREFETCH": bool(int(p["prefetch"])), "X_EARLY": bool(int(p["x_early"])),
-                "LATE_SCALES": bool(int(p["late_scales"])),
+                "LATE_SCALES": bool(int(p["late_scales"])), "ABLATE": int(p["ablate"]),
                 "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"}
     return LaunchConfig(template, (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype,
                         int(p["min_blocks"]))

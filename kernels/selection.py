@@ -90,6 +90,9 @@ def build_table(data: dict) -> Table:
         if e["variant"] not in VARIANTS:
             raise ValueError(f"selection table entry {i}: unknown variant {e['variant']!r}")
         params = dict(e.get("params", {}))
+        if params.get("ablate"):  # a measurement of a kernel with a part taken out: wrong output
+            raise ValueError(f"selection table entry {i}: ablate={params['ablate']} is a "
+                             "measurement, never a kernel to select")
         if int(e["bits"]) != CUSTOM_BITS and e["variant"] != "stock":
             raise ValueError(f"selection table entry {i}: {e['variant']} unpacks "
                              f"{CUSTOM_BITS}-bit weights, not {e['bits']}-bit")

@@ -266,7 +266,14 @@
 #   with what is left: TEST_TIMEOUT=240 devtests; HOST_TIMEOUT=150 hostcost; and what limits
 #     gate/up (docs/CUDA.md, "The 70% goal"): NCU_LIGHT=1 NCU_CACHE=none NCU_TAG=_hot
 #     NCU_DTYPES=bfloat16 ncucold --shapes gate_up --ms 8 --reps 3 (the table's tile: its 1st
-#     launch cold, the next two with the weights the 1st left in L2, each alone; ~30 s).
+#     launch cold, the next two with the weights the 1st left in L2, each alone; ~30 s); and
+#     the table's tiles with a part taken out (`ablate`: 1 the loads alone, 2 the math alone;
+#     wrong outputs by design, refused by the table's loader), cold and alone:
+#     NCU_LIGHT=1 NCU_TAG=_ablate ncucold --shapes gate_up,down --ms 8 --reps 2 --tiles
+#     '[{"n_tile":32,"k_groups":4,"unroll":2,"prefetch":0,"ablate":1},
+#       {"n_tile":32,"k_groups":4,"unroll":2,"prefetch":0,"ablate":2},
+#       {"variant":"mma_group_sums","n_tile":16,"k_groups":8,"unroll":1,"prefetch":1,
+#        "late_scales":1,"ablate":1}, (the same with "ablate":2)]' (~40 s)
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"

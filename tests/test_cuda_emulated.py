@@ -138,3 +138,38 @@ def test_the_bulk_pipeline_and_the_split_k_sources_are_refused_with_one_line():
         with pytest.raises(build.NotEmulated, match=match) as e:
             launch.launch(name, x, qw, params)
         assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["mma_weights_a", "mma_group_sums"])
+def test_ablate_takes_out_the_part_it_names(name):
+    """``ablate`` times a kernel with a part taken out, never a kernel to select: 1 leaves the
+    loads and no math (every output zero), 2 leaves the math and no weight loads (the output
+    no longer depends on the weight words: two sets of words under the same scales give the
+    same bits, while the kernel itself tells them apart). A tile that selects it is refused, and so is an ablated ring."""
+    k, dt = 1024, "bfloat16"
+    x = _x(8, k, dt)
+    qa = _case(k, dt)
+    # other weight words, the same scales and biases (which ablate 2 still loads)
+    qb = QWeights(qa.wq ^ mx.array(0x5A5A5A5A, dtype=mx.uint32), qa.scales, qa.biases, 64, 4)
+    p = {"n_tile": 32, "k_groups": 2, "unroll": 2, "prefetch": 1}
+    whole = [np.array(launch.launch(name, x, q, p).astype(mx.float32)) for q in (qa, qb)]
+    loads = np.array(launch.launch(name, x, qa, {**p, "ablate": 1}).astype(mx.float32))
+    math = [np.array(launch.launch(name, x, q, {**p, "ablate": 2}).astype(mx.float32))
+            for q in (qa, qb)]
+    assert not np.array_equal(whole[0], whole[1])
+    assert (loads == 0).all() and np.abs(whole[0]).max() > 0
+    assert np.array_equal(math[0], math[1]) and not np.array_equal(math[0], whole[0])
+    if name == "mma_weights_a":
+        with pytest.raises(TilingError, match="ablate takes a part out of the register"):
+            cuda_config.launch_config(name, 8, k, N, 64, dt, {**p, "stages": 3, "ablate": 1})
+
+
+def test_a_table_entry_that_selects_an_ablated_kernel_is_refused():
+    from kernels.selection import build_table
+    entry = {"devices": ["sm_90"], "dtypes": ["bfloat16"], "M": 8, "bits": 4,
+             "group_sizes": [64], "shapes": ["s"], "variant": "mma_weights_a",
+             "params": {"n_tile": 32, "k_groups": 4, "unroll": 2, "ablate": 1}}
+    with pytest.raises(ValueError, match="ablate=1 is a measurement, never a kernel to select"):
+        build_table({"shapes": {"s": [5120, 17408]}, "entries": [entry]})
+    build_table({"shapes": {"s": [5120, 17408]}, "entries": [{**entry, "params": {
+        "n_tile": 32, "k_groups": 4, "unroll": 2}}]})

@@ -5,6 +5,7 @@ and the K groups' sums are ``mma_weights_a``'s (``BATCH_DRIVER``, ``C_TILE_SUMS`
 """
 
 from kernels.variants._cuda_common import (
+    ABLATE_WORD,
     BATCH_DRIVER,
     C_TILE_SUMS,
     MMA_HEADER,
@@ -182,7 +183,12 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
       for (int c = 0; c < COL_TILES; ++c)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          load_w(b.wq[u][c][h], wp + (16 * c + 8 * h) * WORDS);
+          if constexpr (ABLATE == 2) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) b.wq[u][c][h][i] = (""" + ABLATE_WORD + r""") ^ i;
+          } else {
+            load_w(b.wq[u][c][h], wp + (16 * c + 8 * h) * WORDS);
+          }
       if constexpr (!LATE_SCALES) load_scales(b.sc[u], b.bi[u], step);
       if constexpr (X_EARLY) load_x(b.xa[u], step);
     }

@@ -5,6 +5,7 @@ Kept apart because the source is most of the variant's lines; ``mma_weights_a`` 
 """
 
 from kernels.variants._cuda_common import (
+    ABLATE_WORD,
     BATCH_DRIVER,
     BULK_HEADER,
     C_TILE_SUMS,
@@ -311,7 +312,12 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = 16 * c + 8 * h;  // the row's offset from the lane's first
-            b.wq[u][c][h] = __ldcs(reinterpret_cast<const uint4*>(wp + r * WORDS));
+            if constexpr (ABLATE == 2) {
+              const uint32_t v = """ + ABLATE_WORD + r""";
+              b.wq[u][c][h] = make_uint4(v, v ^ 1u, v ^ 2u, v ^ 3u);
+            } else {
+              b.wq[u][c][h] = __ldcs(reinterpret_cast<const uint4*>(wp + r * WORDS));
+            }
             const uint32_t sv = s_lane[r * ROW_GROUPS + grp], bv = b_lane[r * ROW_GROUPS + grp];
             b.sc[u][c][h] = sv | (sv << 16);
             b.bi[u][c][h] = bv | (bv << 16);

@@ -48,7 +48,7 @@ from kernels.variants._portable import split_k
 NAME = "mma_group_sums"
 ROWS = None  # 1..16
 DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0, "x_early": 0,
-            "min_blocks": 0, "late_scales": 0}
+            "min_blocks": 0, "late_scales": 0, "ablate": 0}
 METAL_SOURCE = None
 HEADER = ""
 CUDA_LAYOUT = "mma_group_sums"
@@ -59,7 +59,8 @@ CUDA_LAYOUT = "mma_group_sums"
 CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"),
                      group_multiple=32, positive=("n_tile", "k_groups", "unroll"),
                      param_choices=(("prefetch", (0, 1)), ("x_early", (0, 1)),
-                                    ("min_blocks", (0, 2, 3, 4, 5, 6)), ("late_scales", (0, 1))),
+                                    ("min_blocks", (0, 2, 3, 4, 5, 6)), ("late_scales", (0, 1)),
+                                    ("ablate", (0, 1, 2))),
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
 GROUP_SIZES = (32, 64, 128)
