@@ -273,7 +273,9 @@
 #     '[{"n_tile":32,"k_groups":4,"unroll":2,"prefetch":0,"ablate":1},
 #       {"n_tile":32,"k_groups":4,"unroll":2,"prefetch":0,"ablate":2},
 #       {"variant":"mma_group_sums","n_tile":16,"k_groups":8,"unroll":1,"prefetch":1,
-#        "late_scales":1,"ablate":1}, (the same with "ablate":2)]' (~40 s)
+#        "late_scales":1,"ablate":1},
+#       {"variant":"mma_group_sums","n_tile":16,"k_groups":8,"unroll":1,"prefetch":1,
+#        "late_scales":1,"ablate":2}]' (~40 s; each tile on both shapes)
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"
