@@ -244,7 +244,8 @@ def measure_candidate(c: dict, ceiling: float, batch: int, reps: int) -> dict:
 
 NCU_METRICS = ("gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,"
                "dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,"
-               "launch__grid_size,launch__registers_per_thread")
+               "launch__grid_size,launch__registers_per_thread,"
+               "sm__cycles_active.max,sm__cycles_active.avg")
 
 
 # The sections that say what limits a kernel: achieved bandwidth, occupancy and its limits, warp

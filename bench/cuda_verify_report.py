@@ -9,6 +9,12 @@ def cell(v, fmt="{:.1f}") -> str:
     return fmt.format(v) if isinstance(v, (int, float)) else "-"
 
 
+def render_sm_busy(res: dict) -> bool:
+    """Whether the run measured the SMs' imbalance (runs before it did not: their tables keep
+    their columns)."""
+    return any("ncu_custom_sm_busy_max_over_mean" in r for r in res["rows"])
+
+
 def ncu_chain_lines(res: dict) -> list[str]:
     """The time of ONE launch: under ncu (each launch alone, caches flushed: cold) and in a
     chain of dependent launches (cold weights), beside each other."""
@@ -26,13 +32,17 @@ def ncu_chain_lines(res: dict) -> list[str]:
                 "only reads the row's bytes (bench/read_sizes_ncu.py), alone the same way: what "
                 "a launch of that size reaches at all; custom % of it = bare read µs / custom "
                 "µs. DRAM % of peak, warps active (occupancy) and registers of the custom "
-                "kernel from ncu."), "",
+                "kernel from ncu" + ("; SM busy: the busiest SM's active cycles over the "
+                                     "mean SM's (custom)" if render_sm_busy(res) else "")
+                + "."), "",
            ("| shape | dtype | M | floor µs | ncu stock µs | ncu custom µs | ncu stock % | "
             "ncu custom % | ncu ratio | ncu bare read µs | custom % of bare read | "
             "chain stock µs | chain eager µs | chain compiled µs | "
             "chain eager % | chain eager ratio | chain eager/compiled | custom DRAM % of peak | "
-            "custom warps active % | custom regs | custom grid x block |"),
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            "custom warps active % | custom regs | custom grid x block |"
+            + (" custom SM busy max/mean |" if render_sm_busy(res) else "")),
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+           + ("---|" if render_sm_busy(res) else "")]
     for r in rows:
         ce, cc = r.get("chain_custom_eager_us"), r.get("chain_custom_compiled_us")
         out.append(
@@ -48,7 +58,9 @@ def ncu_chain_lines(res: dict) -> list[str]:
             f"{cell(ce / cc if ce and cc else None, '{:.2f}')} | "
             f"{cell(r.get('ncu_custom_dram_pct'))} | {cell(r.get('ncu_custom_warps_active_pct'))} | "
             f"{cell(r.get('ncu_custom_registers'), '{:.0f}')} | "
-            f"{r.get('ncu_custom_grid', '-')} x {r.get('ncu_custom_block', '-')} |")
+            f"{r.get('ncu_custom_grid', '-')} x {r.get('ncu_custom_block', '-')} |"
+            + (f" {cell(r.get('ncu_custom_sm_busy_max_over_mean'), '{:.2f}')} |"
+               if render_sm_busy(res) else ""))
     return out
 
 

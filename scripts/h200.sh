@@ -391,7 +391,7 @@ case "$cmd" in
     metrics=dram__bytes_read.sum,lts__t_bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active
     if [ "${NCU_LIGHT:-0}" = 1 ]; then
       sections=""
-      metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,$metrics,launch__registers_per_thread
+      metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,$metrics,launch__registers_per_thread,sm__cycles_active.max,sm__cycles_active.avg
     fi
     # NCU_CACHE=none: caches left as they are, so a tile's 2nd and later launches (--reps) read
     # weights the 1st left in L2 (hot alone; ncu's dram__bytes_read says how hot) beside the

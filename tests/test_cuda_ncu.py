@@ -386,6 +386,31 @@ def test_the_committed_bench_json_renders_its_committed_markdown():
     assert len(rows) == 18 and all(float(r[col]) > 0 for r in rows)
 
 
+def test_the_sms_imbalance_is_read_where_the_run_measured_it(tmp_path):
+    """sm__cycles_active's max over its mean says how long the busiest SM ran past the mean
+    one (544 blocks on 132 SMs leave 16 SMs a fifth block): a column of the summary and a
+    key of the merged row where the CSV has both, and neither where it has not."""
+    text = cvn.csv_of([("row gate_up bfloat16 M=8 custom", "dflash2_mma_weights_a", 22.5)])
+    rows = text.splitlines()
+    rows += [rows[-1].replace("gpu__time_duration.sum", name).replace('"usecond"', '"cycle"')
+             .replace('"22.5"', f'"{v}"') for name, v in (("sm__cycles_active.max", "50,000"),
+                                                           ("sm__cycles_active.avg", "40,000"))]
+    csv_path = tmp_path / "ncu.csv"
+    csv_path.write_text("\n".join(rows) + "\n")
+    md = cvn.summarize(str(csv_path)).splitlines()
+    assert md[0].endswith("| SM busy max/mean |") and md[2].endswith("| 1.25 |")
+    plain = tmp_path / "plain.csv"
+    plain.write_text(text)
+    assert "SM busy" not in cvn.summarize(str(plain))
+    (k,) = cvn.parse(csv_path.read_text())
+    assert cvn.sm_imbalance(k) == 1.25 and cvn.sm_imbalance(cvn.parse(text)[0]) is None
+    rows = [{"shape": "gate_up", "dtype": "bfloat16", "M": 8, "floor_us": 13.0}]
+    cvn.merge({"rows": rows}, csv_path.read_text(), "ncu.csv")
+    assert rows[0]["ncu_custom_sm_busy_max_over_mean"] == 1.25
+    from cuda_verify_report import render_sm_busy
+    assert render_sm_busy({"rows": rows}) and not render_sm_busy({"rows": [{}]})
+
+
 def test_the_report_states_each_miss_of_the_goal_in_us():
     """The bench says by how much a row misses 70% of its run's ceiling (issue 14), from ncu's
     time alone where the run has one, else from the chain; a row at the goal is met."""
