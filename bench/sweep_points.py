@@ -129,7 +129,16 @@ POINTS_2026_12_04_BULK_PACKED = {
 HI = {"hi_in_place": 1}
 GSUMS = {VARIANT: SWEPT[1]}
 LATE = {"late_scales": 1}  # its prefetched batch without scales: 84 registers, not 130 (gate/up)
-POINTS = {
+# Added after that run (2026-12-05 03:30 UTC), for the SMs' balance: 544 blocks of 32 columns on
+# 132 SMs leave 16 SMs a fifth block (the busiest SM 1.21x the mean's columns), 1088 of 16
+# columns at most 9 against 8.24 (1.09x). With 2 K groups a block they run in one wave with the
+# same 16.5 warps an SM as the shipped tile (nvcc for sm_90: 52-95 registers, 10-18 blocks an
+# SM by registers); the tiles of 16 columns timed before had 8 K groups (256 threads, 4 blocks
+# an SM: 1088 blocks in 3 waves). ncu's sm__cycles_active max over mean now says whether the
+# balance is what they change.
+BALANCED = [(16, 2, 2, 0, 0), (16, 2, 1, 0, 0, 128, 1), ((16, 2, 1, 0, 0, 128, 1), GSUMS),
+            ((16, 2, 2, 0, 0, 128, 1), GSUMS)]
+POINTS_2026_12_05 = {
     "gate_up": [GU, (GU, HI), (32, 4, 1, 1, 0), ((32, 4, 1, 1, 0), HI),
                 ((32, 4, 1, 0, 0), GSUMS), ((32, 4, 1, 1, 0), {**GSUMS, **LATE}),
                 ((32, 4, 1, 0, 0, 128, 1), GSUMS), (GU, GSUMS),
@@ -151,6 +160,9 @@ POINTS = {
              ((16, 8, 1, 0, 4), {"bulk": 2}), (16, 17, 1, 0, 0), ((16, 17, 1, 0, 0), HI),
              (16, 8, 1, 0, 3), (16, 8, 1, 0, 4), (32, 8, 1, 0, 2), (32, 4, 1, 0, 4)],
 }
+POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
+                     + POINTS_2026_12_05["gate_up"][2:],
+          "down": POINTS_2026_12_05["down"]}
 KEYS = ("n_tile", "k_groups", "unroll", "prefetch", "stages", "l2_prefetch", "x_early",
         "min_blocks", "bulk")
 KEY_DEFAULTS = (128, 0, 0, 0)  # l2_prefetch, x_early, min_blocks, bulk when a tuple stops short

@@ -263,6 +263,14 @@
 #   run: BENCH_TIMEOUT=500 bench --table-rows --ncu --ncu-timeout 150 (the table rows now
 #     include the vocab candidates, 4 rows of 716 MB); regen; then at once timeout 440 suites
 #     (goldens recorded where a tile changed; ~800 s in all)
+#   then at M=8 the balanced gate/up tiles (bench/sweep_points.BALANCED: 16 columns, 2 K groups,
+#     1088 blocks in one wave), alone, beside the table's tile (~40 s): NCU_LIGHT=1
+#     NCU_DTYPES=bfloat16,float16 NCU_TAG=_balanced ncucold --shapes gate_up --ms 8 --reps 2
+#     --tiles '[{"n_tile":16,"k_groups":2,"unroll":2,"prefetch":0},
+#       {"n_tile":16,"k_groups":2,"unroll":1,"prefetch":0,"x_early":1},
+#       {"variant":"mma_group_sums","n_tile":16,"k_groups":2,"unroll":1,"prefetch":0,"x_early":1},
+#       {"variant":"mma_group_sums","n_tile":16,"k_groups":2,"unroll":2,"prefetch":0,"x_early":1}]'
+#     (their bit-exact check at M=8 comes with the next M=8 check-only sweep, which has them)
 #   with what is left: TEST_TIMEOUT=240 devtests; HOST_TIMEOUT=150 hostcost; and what limits
 #     gate/up (docs/CUDA.md, "The 70% goal"): NCU_LIGHT=1 NCU_CACHE=none NCU_TAG=_hot
 #     NCU_DTYPES=bfloat16 ncucold --shapes gate_up --ms 8 --reps 3 (the table's tile: its 1st
