@@ -9,6 +9,10 @@ the params a launch takes, and a sweep row back into its tile.
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 from kernels.variants import VARIANTS
 
 NAME = "mma_weights_a"
@@ -242,3 +246,41 @@ SETS = {"next": POINTS, "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,
         "2026-12-04-bulk-rows": POINTS_2026_12_04_BULK_ROWS,
         "2026-12-04-bulk": POINTS_2026_12_04_BULK, "2026-12-04": POINTS_2026_12_04,
         "2026-12-03": POINTS_2026_12_03}
+
+
+def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
+    """The tiles of h200.sh's ``diagnose`` run, as ``cuda_verify_ncu --tiles`` takes them:
+    ``balanced``, the BALANCED points; ``ablate``, the selection table's sm_90 gate/up and down
+    tiles at M=8 in bf16 with a part taken out (1: the loads alone, 2: the math alone), so the
+    run measures what the table ships, whatever it ships then."""
+    if kind == "balanced":
+        return [as_params(pt) for pt in BALANCED]
+    if kind != "ablate":
+        raise ValueError(f"no diagnostic tiles named {kind!r} (balanced, ablate)")
+    out = []
+    for e in table["entries"]:
+        if (e["devices"] == ["sm_90"] and e["M"] == 8 and e["dtypes"] == ["bfloat16"]
+                and e["shapes"][0] in ("gate_up", "down") and e["variant"] in SWEPT):
+            tile = ({} if e["variant"] == NAME else {VARIANT: e["variant"]}) | e["params"]
+            out += [{**tile, "ablate": 1}, {**tile, "ablate": 2}]
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python bench/sweep_points.py tiles KIND``: the diagnostic tiles as JSON, for h200.sh."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] != "tiles":
+        print("usage: sweep_points.py tiles balanced|ablate", file=sys.stderr)
+        return 2
+    table = json.loads((Path(__file__).resolve().parents[1] / "kernels"
+                        / "selection_table.json").read_text())
+    try:
+        print(json.dumps(diagnostic_tiles(args[1], table)))
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -40,6 +40,9 @@
 #                                  the batched sweep lets independent launches overlap);
 #                                  NCU_LIGHT=1: kernel time and a few metrics only (one pass a
 #                                  kernel), NCU_DTYPES: the dtypes (default bfloat16)
+#   scripts/h200.sh diagnose       there: what limits the M=8 tiles, each launch alone under ncu:
+#                                  hot (NCU_CACHE=none), ablated, and the balanced gate/up tiles
+#                                  (~110 s; $OUT/{hot,ablate,balanced}/ncu_cold.{csv,md})
 #   scripts/h200.sh readsizes      there: a plain cold read of 12.5 MB to 4 GiB alone under ncu
 #                                  (bench/read_sizes_ncu.py): the rate a read of the kernels'
 #                                  sizes reaches at all, into $OUT/read_sizes.{csv,md}
@@ -251,39 +254,23 @@
 #     core); HOST_TIMEOUT=150 hostcost; the M=16 set (SWEEP_OUT=/tmp/h200res/m16 coldsweep
 #     --check-only --point-m 16 --ms 16, ncucold --points --ms 16).
 #   here: python3 bench/sass_static.py if POINTS changed (the static counts beside ncu's times)
-# The next session's plan (~1,400 s of the 1,800; every call follows the last at once, each
-# tars its results into one file of $OUT; timings from the 2026-12-05 run):
-#   run (carry .whl/p1) stage; run (carry .whl/p2) stage, install, SWEEP_OUT=/tmp/h200res/m16
-#     BENCH_TIMEOUT=330 coldsweep --check-only --point-m 16 --ms 16 (the same 49 points at
-#     M=16, each against its register twin; ~300 s)
-#   run: NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16 NCU_TIMEOUT=380 ncucold --points --ms 16
+# The next session's plan (~1,550 s of the 1,800; every call follows the last at once, each
+# tars $OUT's files and /tmp/h200res into one file; timings from the 2026-12-05 run):
+#   run (carry .whl/p1) stage
+#   run (carry .whl/p2) stage, install; diagnose (~110 s: hot, ablated and balanced launches
+#     alone, docs/CUDA.md "The 70% goal"); SWEEP_OUT=/tmp/h200res/m16 BENCH_TIMEOUT=340
+#     coldsweep --check-only --point-m 16 --ms 16 (the set's 53 points at M=16, each against
+#     its register twin; ~320 s)
+#   run: NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16 NCU_TIMEOUT=400 ncucold --points --ms 16
 #     --reps 1 --cold-sweep /tmp/h200res/m16/cuda_verify_cold_sweep.json;
-#     COLD_SWEEPS=/tmp/h200res/m16/cuda_verify_cold_sweep.json choose (~180 s: the M=16 rows
+#     COLD_SWEEPS=/tmp/h200res/m16/cuda_verify_cold_sweep.json choose (~200 s: the M=16 rows
 #     chosen, the rest of the committed table kept)
 #   run: BENCH_TIMEOUT=500 bench --table-rows --ncu --ncu-timeout 150 (the table rows now
-#     include the vocab candidates, 4 rows of 716 MB); regen; then at once timeout 440 suites
-#     (goldens recorded where a tile changed; ~800 s in all)
-#   then at M=8 the balanced gate/up tiles (bench/sweep_points.BALANCED: 16 columns, 2 K groups,
-#     1088 blocks in one wave), alone, beside the table's tile (~40 s): NCU_LIGHT=1
-#     NCU_DTYPES=bfloat16,float16 NCU_TAG=_balanced ncucold --shapes gate_up --ms 8 --reps 2
-#     --tiles '[{"n_tile":16,"k_groups":2,"unroll":2,"prefetch":0},
-#       {"n_tile":16,"k_groups":2,"unroll":1,"prefetch":0,"x_early":1},
-#       {"variant":"mma_group_sums","n_tile":16,"k_groups":2,"unroll":1,"prefetch":0,"x_early":1},
-#       {"variant":"mma_group_sums","n_tile":16,"k_groups":2,"unroll":2,"prefetch":0,"x_early":1}]'
-#     (their bit-exact check at M=8 comes with the next M=8 check-only sweep, which has them)
-#   with what is left: TEST_TIMEOUT=240 devtests; HOST_TIMEOUT=150 hostcost; and what limits
-#     gate/up (docs/CUDA.md, "The 70% goal"): NCU_LIGHT=1 NCU_CACHE=none NCU_TAG=_hot
-#     NCU_DTYPES=bfloat16 ncucold --shapes gate_up --ms 8 --reps 3 (the table's tile: its 1st
-#     launch cold, the next two with the weights the 1st left in L2, each alone; ~30 s); and
-#     the table's tiles with a part taken out (`ablate`: 1 the loads alone, 2 the math alone;
-#     wrong outputs by design, refused by the table's loader), cold and alone:
-#     NCU_LIGHT=1 NCU_TAG=_ablate ncucold --shapes gate_up,down --ms 8 --reps 2 --tiles
-#     '[{"n_tile":32,"k_groups":4,"unroll":2,"prefetch":0,"ablate":1},
-#       {"n_tile":32,"k_groups":4,"unroll":2,"prefetch":0,"ablate":2},
-#       {"variant":"mma_group_sums","n_tile":16,"k_groups":8,"unroll":1,"prefetch":1,
-#        "late_scales":1,"ablate":1},
-#       {"variant":"mma_group_sums","n_tile":16,"k_groups":8,"unroll":1,"prefetch":1,
-#        "late_scales":1,"ablate":2}]' (~40 s; each tile on both shapes)
+#     include the vocab candidates, 4 rows of 716 MB); regen (~500 s)
+#   run: timeout 440 suites (goldens recorded where a tile changed; ~300 s)
+#   with what is left: TEST_TIMEOUT=240 devtests; HOST_TIMEOUT=150 hostcost.
+#   If diagnose shows the balanced tiles faster, the session after runs the M=8 check-only
+#   sweep (which holds them) and chooses again.
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"
@@ -417,6 +404,23 @@ case "$cmd" in
     mkdir -p /tmp/h200res  # kept for `choose` in a later call (NCU_TAG: one run a shape)
     cp "$OUT/ncu_cold.csv" "/tmp/h200res/ncu_cold${NCU_TAG:-}.csv"
     ;;
+  diagnose)
+    # What limits gate/up and down (docs/CUDA.md, "The 70% goal"), each launch alone under ncu
+    # (~110 s): the table's gate/up tile with the weights its previous launch left in L2 beside
+    # its cold launch (hot); the table's M=8 tiles with a part taken out (ablate); the balanced
+    # gate/up tiles beside the table's (bench/sweep_points.BALANCED). One folder of $OUT each.
+    export PYTHONPATH=/tmp/site:$PWD
+    tiles() { python3 bench/sweep_points.py tiles "$1"; }
+    for run in hot ablate balanced; do mkdir -p "$OUT/$run"; done
+    NCU_LIGHT=1 NCU_CACHE=none NCU_TAG=_hot NCU_DTYPES=bfloat16 OUT=$OUT/hot \
+      bash "$0" ncucold --shapes gate_up --ms 8 --reps 3 || echo "diagnose: hot rc $?"
+    NCU_LIGHT=1 NCU_TAG=_ablate NCU_DTYPES=bfloat16 OUT=$OUT/ablate \
+      bash "$0" ncucold --shapes gate_up,down --ms 8 --reps 2 --tiles "$(tiles ablate)" \
+      || echo "diagnose: ablate rc $?"
+    NCU_LIGHT=1 NCU_TAG=_balanced NCU_DTYPES=bfloat16,float16 OUT=$OUT/balanced \
+      bash "$0" ncucold --shapes gate_up --ms 8 --reps 2 --tiles "$(tiles balanced)" \
+      || echo "diagnose: balanced rc $?"
+    ;;
   readsizes)
     # a plain cold read of 12.5 MB to 4 GiB, alone under ncu: the rate a read of the kernels'
     # sizes can reach at all (bench/read_sizes_ncu.py)
@@ -490,7 +494,7 @@ case "$cmd" in
       suites/test_selection.py --results-jsonl "$OUT/h200_suites.jsonl" 2>&1 | tee "$OUT/suites.log" | tail -40
     ;;
   *)
-    echo "usage: scripts/h200.sh fetch|stage|install|bench|devtests|hostcost|regen|ncu|ncucold|coldsweep|readsizes|sass|choose|sweep|suites" >&2
+    echo "usage: scripts/h200.sh fetch|stage|install|bench|devtests|hostcost|regen|ncu|ncucold|diagnose|coldsweep|readsizes|sass|choose|sweep|suites" >&2
     exit 2
     ;;
 esac

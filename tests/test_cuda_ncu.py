@@ -411,6 +411,29 @@ def test_the_sms_imbalance_is_read_where_the_run_measured_it(tmp_path):
     assert render_sm_busy({"rows": rows}) and not render_sm_busy({"rows": [{}]})
 
 
+def test_the_diagnostic_tiles_are_the_tables_and_the_balanced_ones_and_all_launch():
+    """h200.sh diagnose times the table's M=8 bf16 tiles ablated (1 and 2) and the BALANCED
+    gate/up tiles: taken from the table and the set, so they follow whatever ships, and each
+    one builds a launch at both shapes (a tile that cannot would cost the run an error)."""
+    from kernels import cuda
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    ablate = sp.diagnostic_tiles("ablate", table)
+    assert sorted({t["ablate"] for t in ablate}) == [1, 2] and len(ablate) == 4
+    shipped = {(e["shapes"][0], e["variant"]) for e in table["entries"]
+               if e["devices"] == ["sm_90"] and e["M"] == 8 and e["dtypes"] == ["bfloat16"]
+               and e["shapes"][0] in ("gate_up", "down")}
+    assert {t.get("variant", sp.NAME) for t in ablate} == {v for _, v in shipped}
+    balanced = sp.diagnostic_tiles("balanced", table)
+    assert [t["n_tile"] for t in balanced] == [16] * 4 and {t["k_groups"] for t in balanced} == {2}
+    for t in ablate + balanced:
+        for op in ("gate_up", "down"):
+            k, n = cv.SHAPES[op]
+            name, p = sp.launch_of(t)
+            assert cuda.launch_config(name, 8, k, n, 64, "bfloat16", p).grid > 0
+    with pytest.raises(ValueError, match="no diagnostic tiles named 'hot'"):
+        sp.diagnostic_tiles("hot", table)
+
+
 def test_the_report_states_each_miss_of_the_goal_in_us():
     """The bench says by how much a row misses 70% of its run's ceiling (issue 14), from ncu's
     time alone where the run has one, else from the chain; a row at the goal is met."""
