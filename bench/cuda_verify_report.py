@@ -9,7 +9,7 @@ def cell(v, fmt="{:.1f}") -> str:
     return fmt.format(v) if isinstance(v, (int, float)) else "-"
 
 
-def render_sm_busy(res: dict) -> bool:
+def has_sm_busy(res: dict) -> bool:
     """Whether the run measured the SMs' imbalance (runs before it did not: their tables keep
     their columns)."""
     return any("ncu_custom_sm_busy_max_over_mean" in r for r in res["rows"])
@@ -22,6 +22,7 @@ def ncu_chain_lines(res: dict) -> list[str]:
     if not rows:
         return []
     n = res.get("ncu", {})
+    busy = has_sm_busy(res)
     out = ["", ("**One launch at a time** (what a decode's chain of projections sees). ncu: "
                 "each launch alone, caches flushed before it (`--cache-control all`, cold), "
                 "clocks as they run, median of " + str(len(rows[0].get("ncu_custom_all_us", []))
@@ -33,16 +34,16 @@ def ncu_chain_lines(res: dict) -> list[str]:
                 "a launch of that size reaches at all; custom % of it = bare read µs / custom "
                 "µs. DRAM % of peak, warps active (occupancy) and registers of the custom "
                 "kernel from ncu" + ("; SM busy: the busiest SM's active cycles over the "
-                                     "mean SM's (custom)" if render_sm_busy(res) else "")
+                                     "mean SM's (custom)" if busy else "")
                 + "."), "",
            ("| shape | dtype | M | floor µs | ncu stock µs | ncu custom µs | ncu stock % | "
             "ncu custom % | ncu ratio | ncu bare read µs | custom % of bare read | "
             "chain stock µs | chain eager µs | chain compiled µs | "
             "chain eager % | chain eager ratio | chain eager/compiled | custom DRAM % of peak | "
             "custom warps active % | custom regs | custom grid x block |"
-            + (" custom SM busy max/mean |" if render_sm_busy(res) else "")),
+            + (" custom SM busy max/mean |" if busy else "")),
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-           + ("---|" if render_sm_busy(res) else "")]
+           + ("---|" if busy else "")]
     for r in rows:
         ce, cc = r.get("chain_custom_eager_us"), r.get("chain_custom_compiled_us")
         out.append(
@@ -60,7 +61,7 @@ def ncu_chain_lines(res: dict) -> list[str]:
             f"{cell(r.get('ncu_custom_registers'), '{:.0f}')} | "
             f"{r.get('ncu_custom_grid', '-')} x {r.get('ncu_custom_block', '-')} |"
             + (f" {cell(r.get('ncu_custom_sm_busy_max_over_mean'), '{:.2f}')} |"
-               if render_sm_busy(res) else ""))
+               if busy else ""))
     return out
 
 

@@ -145,7 +145,7 @@ def test_ablate_takes_out_the_part_it_names(name):
     """``ablate`` times a kernel with a part taken out, never a kernel to select: 1 leaves the
     loads and no math (every output zero), 2 leaves the math and no weight loads (the output
     no longer depends on the weight words: two sets of words under the same scales give the
-    same bits, while the kernel itself tells them apart). A tile that selects it is refused, and so is an ablated ring."""
+    same bits, while the kernel itself tells them apart). An ablated ring is refused."""
     k, dt = 1024, "bfloat16"
     x = _x(8, k, dt)
     qa = _case(k, dt)

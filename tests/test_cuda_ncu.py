@@ -407,8 +407,10 @@ def test_the_sms_imbalance_is_read_where_the_run_measured_it(tmp_path):
     rows = [{"shape": "gate_up", "dtype": "bfloat16", "M": 8, "floor_us": 13.0}]
     cvn.merge({"rows": rows}, csv_path.read_text(), "ncu.csv")
     assert rows[0]["ncu_custom_sm_busy_max_over_mean"] == 1.25
-    from cuda_verify_report import render_sm_busy
-    assert render_sm_busy({"rows": rows}) and not render_sm_busy({"rows": [{}]})
+    from cuda_verify_report import has_sm_busy
+    assert has_sm_busy({"rows": rows}) and not has_sm_busy({"rows": [{}]})
+    table = [ln for ln in ncu_chain_lines({"rows": rows, "ncu": {}}) if ln.startswith("| ")]
+    assert table[0].endswith("| custom SM busy max/mean |") and table[1].endswith("| 1.25 |")
 
 
 def test_the_diagnostic_tiles_are_the_tables_and_the_balanced_ones_and_all_launch():
