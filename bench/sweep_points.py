@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
+from kernels.selection import table_path
 from kernels.variants import VARIANTS
 
 NAME = "mma_weights_a"
@@ -199,6 +199,12 @@ def launch_of(params: dict) -> tuple[str, dict]:
     return p.pop(VARIANT, NAME), p
 
 
+def point_of(name: str, params: dict) -> dict:
+    """``launch_of``'s inverse: a variant's params as a point's (the variant named unless it is
+    NAME's)."""
+    return dict(params) if name == NAME else {VARIANT: name, **params}
+
+
 def launch(x, qw, params: dict):
     """``cuda.launch`` of a point (imported here: the sweep's CPU helpers need no MLX CUDA)."""
     from kernels import cuda
@@ -220,7 +226,7 @@ def register_twin(params: dict) -> dict:
     name, _ = launch_of(params)
     twin = {**VARIANTS[name].DEFAULTS, "n_tile": params["n_tile"],
             "k_groups": params["k_groups"], "unroll": 1}
-    return twin if name == NAME else {VARIANT: name, **twin}
+    return point_of(name, twin)
 
 
 def selected(points, no_ring: bool = False, no_bulk: bool = False) -> list:
@@ -261,7 +267,7 @@ def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
     for e in table["entries"]:
         if (e["devices"] == ["sm_90"] and e["M"] == 8 and e["dtypes"] == ["bfloat16"]
                 and e["shapes"][0] in ("gate_up", "down") and e["variant"] in SWEPT):
-            tile = ({} if e["variant"] == NAME else {VARIANT: e["variant"]}) | e["params"]
+            tile = point_of(e["variant"], e["params"])
             out += [{**tile, "ablate": 1}, {**tile, "ablate": 2}]
     return out
 
@@ -272,8 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 2 or args[0] != "tiles":
         print("usage: sweep_points.py tiles balanced|ablate", file=sys.stderr)
         return 2
-    table = json.loads((Path(__file__).resolve().parents[1] / "kernels"
-                        / "selection_table.json").read_text())
+    table = json.loads(table_path().read_text())  # the table in effect, as the runtime reads it
     try:
         print(json.dumps(diagnostic_tiles(args[1], table)))
     except ValueError as e:
