@@ -164,6 +164,18 @@ POINTS_2026_12_05 = {
              ((16, 8, 1, 0, 4), {"bulk": 2}), (16, 17, 1, 0, 0), ((16, 17, 1, 0, 0), HI),
              (16, 8, 1, 0, 3), (16, 8, 1, 0, 4), (32, 8, 1, 0, 2), (32, 4, 1, 0, 4)],
 }
+# Added 2026-12-05 04:10 UTC: mma_group_sums' ``cluster`` lever, a column tile's K groups split
+# among a thread-block cluster that adds their sums in order through distributed shared memory
+# (bit for bit the unclustered tile, its register twin). down cannot take BALANCED's way (16
+# columns is the mma's least): its shipped tile at S = 2 and 4 is 640 / 1280 blocks of 4 / 2
+# warps (at most 5 / 10 an SM against 4.85 / 9.70); gate/up fp16's shipped tile at S = 2 and 4,
+# 1088 / 2176 blocks of 2 / 1 warps. Checked and timed alone by h200.sh's ``diagnose``.
+CLUSTERED = {
+    "gate_up": [((32, 4, 1, 0, 0, 128, 1), {**GSUMS, "cluster": 2}),
+                ((32, 4, 1, 0, 0, 128, 1), {**GSUMS, "cluster": 4})],
+    "down": [((16, 8, 1, 1, 0), {**GSUMS, **LATE, "cluster": 2}),
+             ((16, 8, 1, 1, 0), {**GSUMS, **LATE, "cluster": 4})],
+}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}
@@ -248,7 +260,7 @@ BULK_SMOKE = (((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 4, 1, 0, 4), {"bulk": 2}),
 
 
 # Every set by the name ``--points`` takes (the sweep and the ncu run): the next, or a run's.
-SETS = {"next": POINTS, "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,
+SETS = {"next": POINTS, "cluster": CLUSTERED, "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,
         "2026-12-04-bulk-rows": POINTS_2026_12_04_BULK_ROWS,
         "2026-12-04-bulk": POINTS_2026_12_04_BULK, "2026-12-04": POINTS_2026_12_04,
         "2026-12-03": POINTS_2026_12_03}
@@ -256,13 +268,15 @@ SETS = {"next": POINTS, "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,
 
 def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
     """The tiles of h200.sh's ``diagnose`` run, as ``cuda_verify_ncu --tiles`` takes them:
-    ``balanced``, the BALANCED points; ``ablate``, the selection table's sm_90 gate/up and down
+    ``balanced``, the BALANCED points; ``cluster``, the CLUSTERED points; ``ablate``, the selection table's sm_90 gate/up and down
     tiles at M=8 in bf16 with a part taken out (1: the loads alone, 2: the math alone), so the
     run measures what the table ships, whatever it ships then."""
     if kind == "balanced":
         return [as_params(pt) for pt in BALANCED]
+    if kind == "cluster":
+        return [as_params(pt) for pts in CLUSTERED.values() for pt in pts]
     if kind != "ablate":
-        raise ValueError(f"no diagnostic tiles named {kind!r} (balanced, ablate)")
+        raise ValueError(f"no diagnostic tiles named {kind!r} (balanced, cluster, ablate)")
     out = []
     for e in table["entries"]:
         if (e["devices"] == ["sm_90"] and e["M"] == 8 and e["dtypes"] == ["bfloat16"]
@@ -276,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python bench/sweep_points.py tiles KIND``: the diagnostic tiles as JSON, for h200.sh."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] != "tiles":
-        print("usage: sweep_points.py tiles balanced|ablate", file=sys.stderr)
+        print("usage: sweep_points.py tiles balanced|cluster|ablate", file=sys.stderr)
         return 2
     table = json.loads(table_path().read_text())  # the table in effect, as the runtime reads it
     try:

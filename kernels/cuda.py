@@ -31,10 +31,12 @@ from kernels.variants._cuda_common import launch_bounds_header
 
 def kernel_header(name: str, cfg: LaunchConfig) -> str:
     """The header MLX compiles before the kernel's signature for this launch: the variant's,
-    then the launch bounds (``cfg.min_blocks`` > 0) that only a header can give (see
+    then the launch bounds (``cfg.min_blocks`` > 0) and cluster size (``cfg.cluster`` > 1)
+    that only a header can give (see
     ``launch_bounds_header``). The one place it is made: the launch, the offline compile
     (``cuda_offline.compile_launch``) and the host-cost script all take it from here."""
-    return VARIANTS[name].CUDA_HEADER + launch_bounds_header(cfg.threads, cfg.min_blocks)
+    return VARIANTS[name].CUDA_HEADER + launch_bounds_header(cfg.threads, cfg.min_blocks,
+                                                             cfg.cluster)
 
 
 @functools.cache

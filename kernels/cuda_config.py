@@ -37,6 +37,7 @@ class LaunchConfig:
     # variant's ``pack_weights``, whose layout it reads instead (made once per weights:
     # ``weights_for``)
     packing: tuple = ()
+    cluster: int = 1  # blocks of a thread-block cluster along x: __cluster_dims__ when > 1
 
 
 def _mma_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
@@ -105,13 +106,19 @@ def _group_sums_config(name: str, m: int, k: int, n: int, group_size: int, dtype
             f"{name} does not tile group_size={group_size}: a group must lie inside one K step "
             f"of 128 (group sizes {', '.join(map(str, VARIANTS[name].GROUP_SIZES))})")
     n_tile, k_groups = int(p["n_tile"]), int(p["k_groups"])
+    cluster = int(p.get("cluster", 1))
+    if k_groups % cluster:
+        raise tiling.TilingError(f"{name}: cluster={cluster} must divide k_groups={k_groups} "
+                                 f"(each block of a cluster takes as many K groups)")
     unroll = _batch_unroll(int(p["unroll"]), k // 128 // k_groups)
     template = {"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups, "UNROLL": unroll,
                 "PREFETCH": bool(int(p["prefetch"])), "X_EARLY": bool(int(p["x_early"])),
                 "LATE_SCALES": bool(int(p["late_scales"])), "ABLATE": int(p["ablate"]),
-                "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"}
-    return LaunchConfig(template, (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype,
-                        int(p["min_blocks"]))
+                "CLUSTER": cluster, "K": k, "N": n, "GS": group_size,
+                "IS_BF16": dtype == "bfloat16"}
+    threads = 32 * k_groups // cluster
+    return LaunchConfig(template, (n // n_tile) * cluster * threads, threads, dtype,
+                        int(p["min_blocks"]), cluster=cluster)
 
 
 # Dynamic shared memory a block may take on sm_90: 227 KiB with the static kind, of which this

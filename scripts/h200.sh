@@ -408,7 +408,8 @@ case "$cmd" in
     # What limits gate/up and down (docs/CUDA.md, "The 70% goal"), each launch alone under ncu
     # (~110 s): the table's gate/up tile with the weights its previous launch left in L2 beside
     # its cold launch (hot); the table's M=8 tiles with a part taken out (ablate); the balanced
-    # gate/up tiles beside the table's (bench/sweep_points.BALANCED). One folder of $OUT each.
+    # gate/up tiles beside the table's (bench/sweep_points.BALANCED); the cluster lever's tiles.
+    # One folder of $OUT each.
     export PYTHONPATH=/tmp/site:$PWD
     tiles() { python3 bench/sweep_points.py tiles "$1"; }
     for run in hot ablate balanced; do mkdir -p "$OUT/$run"; done
@@ -420,6 +421,15 @@ case "$cmd" in
     NCU_LIGHT=1 NCU_TAG=_balanced NCU_DTYPES=bfloat16,float16 OUT=$OUT/balanced \
       bash "$0" ncucold --shapes gate_up --ms 8 --reps 2 --tiles "$(tiles balanced)" \
       || echo "diagnose: balanced rc $?"
+    # The cluster lever (bench/sweep_points.CLUSTERED): each tile checked bit for bit against its
+    # unclustered twin at M=8 first, in a sweep of its own (a fault there leaves the runs above
+    # whole), then alone under ncu on both shapes.
+    mkdir -p "$OUT/cluster"
+    SWEEP_OUT=/tmp/h200res/cluster BENCH_TIMEOUT=150 bash "$0" coldsweep --check-only \
+      --points cluster --ms 8 --no-ring --no-bulk || echo "diagnose: cluster check rc $?"
+    NCU_LIGHT=1 NCU_TAG=_cluster NCU_DTYPES=bfloat16,float16 OUT=$OUT/cluster \
+      bash "$0" ncucold --shapes gate_up,down --ms 8 --reps 2 --tiles "$(tiles cluster)" \
+      || echo "diagnose: cluster rc $?"
     ;;
   readsizes)
     # a plain cold read of 12.5 MB to 4 GiB, alone under ncu: the rate a read of the kernels'

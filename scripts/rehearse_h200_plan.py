@@ -1,6 +1,6 @@
 """Rehearse the device plan's Python on a CPU before device time is spent on it.
 
-    python scripts/rehearse_h200_plan.py [--out DIR] [--emulate] [--point-m 8]
+    python scripts/rehearse_h200_plan.py [--out DIR] [--emulate] [--point-m 8] [--points SET]
 
 The next H200 session runs, in calls of at most 10 minutes out of 30 (scripts/h200.sh):
 ``coldsweep --check-only``, ``ncucold --points``, ``choose``, then launches the chosen table.
@@ -74,14 +74,16 @@ def _emulated(x, qw, params):
     return launch.launch(name, x, qw, p)
 
 
-def rehearse(out: Path, emulate: bool = False, point_m: int = 8) -> dict:
+def rehearse(out: Path, emulate: bool = False, point_m: int = 8, points: str = "next") -> dict:
     """Each step's outcome; raises nothing a step can report. ``emulate``: the check-only
     sweep's launches run the kernels' own bodies on the CUDA emulator instead of the stand-in
-    (every point at the real K, slow: minutes)."""
+    (every point at the real K, slow: minutes). ``points``: the set checked; a set other than
+    the next reaches ncu as ``--tiles``, as h200.sh's ``diagnose`` gives the cluster set."""
     import cuda_verify as cv
     import cuda_verify_cold_sweep as cs
     import cuda_verify_ncu as cvn
     import regen_sm90_table as regen
+    import sweep_points as sp
 
     from kernels import cuda
     from kernels.qweights import QWeights
@@ -97,7 +99,7 @@ def rehearse(out: Path, emulate: bool = False, point_m: int = 8) -> dict:
         sweep = out / "cuda_verify_cold_sweep.json"
         with contextlib.redirect_stdout(io.StringIO()):
             rc = cs.main(["--check-only", "--ms", str(point_m), "--point-m", str(point_m),
-                          "--no-bulk", "--out", str(out)])
+                          "--no-bulk", "--out", str(out), "--points", points])
         shapes = json.loads(sweep.read_text())["shapes"]
         report["check_only_rc"] = rc
         report["check_only"] = {
@@ -107,8 +109,10 @@ def rehearse(out: Path, emulate: bool = False, point_m: int = 8) -> dict:
             for key, e in shapes.items()}
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            cvn.main(["--points", "--no-bulk", "--ms", str(point_m), "--dtypes", "bfloat16,float16",
-                      "--cold-sweep", str(sweep)])
+            chosen_tiles = (["--points"] if points == "next" else ["--tiles", json.dumps(
+                [sp.as_params(pt) for pts in sp.SETS[points].values() for pt in pts])])
+            cvn.main([*chosen_tiles, "--no-bulk", "--ms", str(point_m), "--dtypes",
+                      "bfloat16,float16", "--cold-sweep", str(sweep)])
         labels = [ln.removeprefix("NCU_ORDER ").rsplit(" x", 1)[0]
                   for ln in buf.getvalue().splitlines() if ln.startswith("NCU_ORDER")]
         report["ncu_launches"] = len(labels)
@@ -166,11 +170,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="check every point by running its kernel body on the CUDA emulator "
                          "(kernels/cuda_emu) instead of the stand-in: minutes")
     ap.add_argument("--point-m", type=int, default=8, help="the M the points are checked at")
+    ap.add_argument("--points", default="next", help="the set of points (bench/sweep_points.SETS)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.out or tmp)
         out.mkdir(parents=True, exist_ok=True)
-        report = rehearse(out, args.emulate, args.point_m)
+        report = rehearse(out, args.emulate, args.point_m, args.points)
     print(json.dumps(report, indent=1))
     bad = problems(report)
     for line in bad:

@@ -173,3 +173,87 @@ def test_a_table_entry_that_selects_an_ablated_kernel_is_refused():
         build_table({"shapes": {"s": [5120, 17408]}, "entries": [entry]})
     build_table({"shapes": {"s": [5120, 17408]}, "entries": [{**entry, "params": {
         "n_tile": 32, "k_groups": 4, "unroll": 2}}]})
+
+
+# (K, k_groups, M, cluster, levers): K steps a warp of 4 and 2, one and two activation tiles,
+# clusters of 2 and 4 blocks, the shipped down tile's levers (prefetch, late scales).
+CLUSTERS = [(1024, 4, 8, 2, {}), (1024, 4, 8, 4, {}), (1024, 2, 16, 2, {"x_early": 1}),
+            (2048, 8, 8, 2, {"prefetch": 1, "late_scales": 1}),
+            (2048, 8, 8, 4, {"prefetch": 1, "late_scales": 1})]
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_a_cluster_of_blocks_gives_the_unclustered_tiles_output_bit_for_bit(dt):
+    """``cluster`` splits a column tile's K groups among a cluster of blocks that add them in
+    order through each other's shared memory: the tile's output with cluster 1, bit for bit,
+    whether the grid runs forward or its last cluster (and a cluster's last block) first. Each
+    block is its own threadgroup of the executor, with its own shared memory."""
+    for k, k_groups, m, cluster, levers in CLUSTERS:
+        qw, x = _case(k, dt), _x(m, k, dt)
+        plain = {"n_tile": 16, "k_groups": k_groups, "unroll": 1, **levers}
+        cfg = cuda_config.launch_config("mma_group_sums", m, k, N, 64, dt,
+                                        {**plain, "cluster": cluster})
+        assert (cfg.cluster, cfg.threads, cfg.grid // cfg.threads) == (
+            cluster, 32 * k_groups // cluster, N // 16 * cluster)
+        y0 = launch.launch("mma_group_sums", x, qw, plain)
+        for order in ("forward", "reverse"):
+            y = launch.launch("mma_group_sums", x, qw, {**plain, "cluster": cluster}, order)
+            assert mx.array_equal(y, y0).item(), (k, k_groups, m, cluster, levers, order)
+
+
+def test_a_cluster_that_does_not_divide_the_k_groups_is_refused_with_one_line():
+    with pytest.raises(TilingError, match="cluster=4 must divide k_groups=2") as e:
+        cuda_config.launch_config("mma_group_sums", 8, 1024, N, 64, "bfloat16",
+                                  {"n_tile": 16, "k_groups": 2, "unroll": 1, "cluster": 4})
+    assert "\n" not in str(e.value)
+    with pytest.raises(TilingError, match="cluster"):
+        cuda_config.launch_config("mma_group_sums", 8, 1024, N, 64, "bfloat16",
+                                  {"n_tile": 16, "k_groups": 4, "unroll": 1, "cluster": 3})
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse"])
+def test_a_cluster_that_leaves_before_its_blocks_have_read_is_caught(monkeypatch, order):
+    """A block's shared memory goes with its last thread: without the cluster's second barrier
+    a block may leave while another still adds its partial sums. The executor refuses a read of
+    a finished block's memory, in either order of the blocks."""
+    v = VARIANTS["mma_group_sums"]
+    last = "    dflash2_cluster_sync();  // no block leaves while another still reads its shared memory\n"
+    assert last in v.CUDA_SOURCE
+    monkeypatch.setattr(v, "CUDA_SOURCE", v.CUDA_SOURCE.replace(last, ""))
+    qw, x = _case(1024, "bfloat16"), _x(8, 1024, "bfloat16")
+    with pytest.raises(EmulatorError, match="threads have all finished"):
+        launch.launch("mma_group_sums", x, qw,
+                      {"n_tile": 16, "k_groups": 4, "unroll": 1, "cluster": 2}, order)
+
+
+def _order_sensitive_case(k_groups: int) -> tuple[QWeights, mx.array]:
+    """Weights whose K groups' float32 sums are +P, 4, -P, 0 (P = 15 x 2^18 x 256, its ulp
+    64) against activations of ones: added in K order (P + 4) rounds the 4 away and the output
+    is 0; in any order that meets -P before the 4 it is 4. Half outputs hide most reorderings
+    of float32 sums (a last-place change rarely moves the rounding); these do not."""
+    k, gs = 256 * k_groups, 64
+    per = k // k_groups // gs  # quantization groups a K group
+    scale = np.zeros((N, k // gs), np.float32)
+    bias = np.zeros((N, k // gs), np.float32)
+    scale[:, :per] = 2.0 ** 18
+    bias[:, per:2 * per] = 2.0 ** -6
+    scale[:, 2 * per:3 * per] = -(2.0 ** 18)
+    qw = QWeights(mx.full((N, k // 8), 0xFFFFFFFF, dtype=mx.uint32),
+                  mx.array(scale).astype(mx.bfloat16), mx.array(bias).astype(mx.bfloat16), gs, 4)
+    return qw, mx.ones((8, k), dtype=mx.bfloat16)
+
+
+def test_the_cluster_adds_the_k_groups_in_the_unclustered_order():
+    """The cluster's blocks add every K group's sums in K order, block 0's first: on sums where
+    the order shows in the output (``_order_sensitive_case``), the unclustered tile gives 0 and
+    every cluster gives 0, in either order of its blocks."""
+    qw, x = _order_sensitive_case(4)
+    plain = {"n_tile": 16, "k_groups": 4, "unroll": 1}
+    y0 = np.array(launch.launch("mma_group_sums", x, qw, plain).astype(mx.float32))
+    assert (y0 == 0).all()
+    p = np.float32(15 * 2 ** 18 * 256)
+    assert (p + np.float32(4)) - p == 0 and (p - p) + np.float32(4) == 4
+    for cluster in (2, 4):
+        for order in ("forward", "reverse"):
+            y = launch.launch("mma_group_sums", x, qw, {**plain, "cluster": cluster}, order)
+            assert (np.array(y.astype(mx.float32)) == 0).all(), (cluster, order)

@@ -182,3 +182,28 @@ def test_the_kernels_arithmetic_stays_within_the_half_output_bounds(dtype, k, k_
         for got in (yt, port):
             assert scaled_ulps(got, ref, scale, dtype).max() <= 1.0, where
             assert scaled_ulps(got, stock, scale, dtype).max() <= 2.0, where
+
+
+DOWN_SHIPPED = {"n_tile": 16, "k_groups": 8, "unroll": 1, "prefetch": 1, "late_scales": 1}
+
+
+@needs_sass
+def test_a_cluster_tile_is_a_cluster_kernel_and_the_unclustered_tile_is_unchanged():
+    """Down at M=8 with the shipped tile (K 17408, N 5120): at cluster 2 the header gives nvcc
+    ``__cluster_dims__(2, 1, 1)``, the grid has twice the blocks of half the threads, and the
+    machine code meets at the cluster's barrier twice (its partial sums written; read) and
+    reads 8 partial sums an output from the cluster's shared memory; at cluster 1 the header
+    has no attribute and the code no cluster barrier."""
+    k, n = GATE_UP[1], GATE_UP[0]
+    ops = {}
+    for cluster in (1, 2):
+        cfg = cuda.launch_config(NAME, 8, k, n, 64, "bfloat16", {**DOWN_SHIPPED,
+                                                                 "cluster": cluster})
+        header = cuda.kernel_header(NAME, cfg)
+        assert ("__cluster_dims__(2, 1, 1)" in header) == (cluster == 2)
+        assert (cfg.threads, cfg.grid // cfg.threads) == (256 // cluster, 320 * cluster)
+        sass = cuda_offline.sass_sm90(NAME, "bfloat16", cfg.template, header)
+        ops[cluster] = collections.Counter(cuda_offline.sass_opcode(i) for i in sass)
+    assert ops[2]["UCGABAR_ARV"] == ops[2]["UCGABAR_WAIT"] == 2
+    assert ops[1]["UCGABAR_ARV"] == ops[1]["UCGABAR_WAIT"] == 0
+    assert ops[2]["LD"] == 8 and ops[1]["LD"] == 0

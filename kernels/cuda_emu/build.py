@@ -99,6 +99,17 @@ __device__ __forceinline__ void dflash2_mbar_arrive(void*) {}
 __device__ __forceinline__ void dflash2_mbar_wait(void*, unsigned) {}
 __device__ __forceinline__ void dflash2_bulk_g2s(void*, const void*, unsigned, void*) {}
 """
+# Thread-block clusters on the executor's clusters (kernels/metal_emu/runtime): the rank, the
+# cluster's barrier, and a read of another block's shared memory at the place p has in this one.
+EMULATED_CLUSTER = r"""
+__device__ __forceinline__ unsigned dflash2_cluster_rank() { return __emu_cluster_rank(); }
+__device__ __forceinline__ void dflash2_cluster_sync(__EMU_SITE_PARAM) {
+  __emu_cluster_sync(__emu_line, __emu_col);
+}
+__device__ __forceinline__ float dflash2_cluster_load(const float* p, unsigned rank) {
+  return *__emu_cluster_map(p, rank);
+}
+"""
 # The one line of a body the emulator changes: mma_weights_a's dynamic shared memory, which
 # only the bulk pipeline uses (C++ has no array of a size given at launch).
 DYNAMIC_SMEM = ("extern __shared__ __align__(128) unsigned char dsmem[];",
@@ -110,6 +121,7 @@ EMULATED = {
     common.NIBBLE_HEADER: common.NIBBLE_HEADER.replace(_LOP3, "v = (bits & MASK) | magic;"),
     common.CP_ASYNC_HEADER: EMULATED_CP_ASYNC,
     common.BULK_HEADER: EMULATED_BULK,
+    common.CLUSTER_HEADER: EMULATED_CLUSTER,
 }
 
 

@@ -30,10 +30,12 @@ def _buffer(name: str, a: mx.array) -> executor.Buffer:
     return executor.Buffer(name, np.array(a))
 
 
-def launch(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
+def launch(name: str, x: mx.array, qw: QWeights, params: dict,
+           order: str = "forward") -> mx.array:
     """y (M, N) = x (M, K) @ W^T by the variant's CUDA source, emulated; ``NotEmulated`` (one
     line) for a variant or tile the executor cannot run (the split-K sources; the bulk
-    pipeline: its dynamic shared memory)."""
+    pipeline: its dynamic shared memory). ``order`` "reverse" runs the grid's last cluster of
+    blocks first, and a cluster's last block first: a tile's output must not depend on it."""
     if getattr(VARIANTS[name], "CUDA_LAYOUT", None) not in EMULATED_LAYOUTS:
         raise build.NotEmulated(f"{name}: only the mma variants' sources are emulated "
                                 f"({', '.join(sorted(EMULATED_LAYOUTS))})")
@@ -49,6 +51,7 @@ def launch(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
               "scales": _buffer("scales", act.scales), "biases": _buffer("biases", act.biases)}
     out = executor.launch(f"{name} (CUDA, emulated)", _SIGNATURE, str(lib), inputs,
                           {"y": ((m, qw.n), dt if dt == "bfloat16" else np.float16)},
-                          (cfg.grid, 1, 1), (cfg.threads, 1, 1))
+                          (cfg.grid, 1, 1), (cfg.threads, 1, 1), cluster=cfg.cluster,
+                          order=order)
     y = mx.array(out["y"])
     return y.view(mx.bfloat16) if dt == "bfloat16" else y

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import numbers
 import os
 import threading
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import numpy as np
 from kernels.metal_emu import glue, toolchain
 
 ENV_TIME_LIMIT = "DFLASH2_EMU_CPU_SECONDS"
+ORDERS = ("forward", "reverse")
 _lock = threading.Lock()
 
 # NaNs with a payload (quiet bit set, then 0xDE..): hardware NaNs are 0x7FC00000-style.
@@ -47,7 +49,8 @@ def _runtime() -> ctypes.CDLL:
     lib.emu_launch.restype = ctypes.c_int
     lib.emu_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint),
-                               ctypes.c_void_p, ctypes.c_void_p, ctypes.c_double, ctypes.c_char_p, ctypes.c_ulong]
+                               ctypes.c_uint, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                               ctypes.c_double, ctypes.c_char_p, ctypes.c_ulong]
     return lib
 
 
@@ -62,8 +65,19 @@ def _time_limit() -> float:
 
 def launch(name: str, sig: glue.Signature, library: str, inputs: dict[str, Buffer],
            outputs: dict[str, tuple[tuple[int, ...], np.dtype | str]], grid: tuple[int, int, int],
-           threadgroup: tuple[int, int, int]) -> dict[str, np.ndarray]:
-    """Run one launch; ``outputs`` maps name -> (shape, dtype or "bfloat16")."""
+           threadgroup: tuple[int, int, int], *, cluster: int = 1,
+           order: str = "forward") -> dict[str, np.ndarray]:
+    """Run one launch; ``outputs`` maps name -> (shape, dtype or "bfloat16").
+
+    ``cluster`` threadgroups along x run together as a CUDA thread-block cluster (the grid's
+    threadgroups along x a multiple of it). ``order`` "reverse" runs the grid's last cluster
+    first and a cluster's threadgroups from the highest rank: an output that must not depend
+    on which threadgroup comes first can be compared across the two orders."""
+    if isinstance(cluster, bool) or not isinstance(cluster, numbers.Integral) or not (
+            1 <= cluster < 2 ** 32):
+        raise EmulatorError(f"{name}: bad cluster {cluster!r}: a number of threadgroups >= 1")
+    if order not in ORDERS:
+        raise EmulatorError(f"{name}: bad order {order!r}: one of {', '.join(ORDERS)}")
     rt = _runtime()
     lib = _kernel(library)
     nbuf = max(p.buffer for p in sig.buffers) + 1
@@ -103,7 +117,8 @@ def launch(name: str, sig: glue.Signature, library: str, inputs: dict[str, Buffe
             t = (ctypes.c_uint * 3)(*threadgroup)
             lo, hi = ctypes.c_void_p(), ctypes.c_void_p()
             lib["__emu_tg_bounds"](ctypes.byref(lo), ctypes.byref(hi))
-            if rt.emu_launch(entry, hooks, args, g, t, lo, hi, _time_limit(), err, len(err)):
+            if rt.emu_launch(entry, hooks, args, g, t, int(cluster), order == "reverse", lo, hi,
+                             _time_limit(), err, len(err)):
                 raise EmulatorError(f"{name}: {err.value.decode(errors='replace')}")
             results = {}
             for oname, (_ptr, view, payload) in out_views.items():

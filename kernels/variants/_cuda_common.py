@@ -187,6 +187,32 @@ __device__ __forceinline__ void dflash2_bulk_g2s(void* dst, const void* src, uns
 """
 
 
+# Thread-block clusters (sm_90): the block's rank in its 1-D cluster, the cluster's barrier (every
+# thread of every block of the cluster; its release and acquire order shared-memory writes
+# before it against reads after it, across the cluster), and a float32 read from the shared
+# memory of the cluster's block ``rank`` at the place ``p`` has in this block's (distributed
+# shared memory).
+CLUSTER_HEADER = r"""
+__device__ __forceinline__ unsigned dflash2_cluster_rank() {
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void dflash2_cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+               "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ float dflash2_cluster_load(const float* p, unsigned rank) {
+  const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p));
+  unsigned remote;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+"""
+
+
 # The mma variants' tile constants (constants: K, K_GROUPS, GS, M_ROWS, COL_TILES): K steps of
 # 128, a warp's K group of them, quantization groups a row, activation tiles of 8 rows, a
 # block's columns and its partial sums' rows.
@@ -201,12 +227,14 @@ MMA_TILE_CONSTANTS = r"""
 """
 
 # A lane's place in its mma tile (g: the rows g and g + 8 of A, t: its k-slots) and block, the
-# arrays as words, and the running float32 C tiles acc[M_TILES][COL_TILES][4], zeroed.
-MMA_LANES = r"""
+# arrays as words, and the running float32 C tiles acc[M_TILES][COL_TILES][4], zeroed. The
+# block's column tile is @TILE@ (``mma_lanes``): blockIdx.x, or where a cluster of blocks
+# shares a tile, blockIdx.x over the cluster's size.
+_MMA_LANES = r"""
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
-  const int n_base = blockIdx.x * COLS;
+  const int n_base = (@TILE@) * COLS;
   const uint32_t* w32 = reinterpret_cast<const uint32_t*>(w);
   const uint16_t* s16 = reinterpret_cast<const uint16_t*>(scales);
   const uint16_t* b16 = reinterpret_cast<const uint16_t*>(biases);
@@ -219,6 +247,13 @@ MMA_LANES = r"""
       for (int r = 0; r < 4; ++r) acc[mt][c][r] = 0.f;
 """
 
+
+def mma_lanes(tile: str = "blockIdx.x") -> str:
+    return _MMA_LANES.replace("@TILE@", tile)
+
+
+MMA_LANES = mma_lanes()
+
 # The register pipeline's batches, shared by the mma variants that keep their loads in
 # registers: the body defines ``Batch`` (UNROLL K steps of loads, with X_EARLY their
 # activations ``xa``), ``load(batch, first step)``, ``load_x(xa, step)`` and
@@ -228,7 +263,7 @@ MMA_LANES = r"""
 # weight words are folded into one register, so their loads stay: loads alone); 2, the weight
 # loads (the body's ``load`` makes the words up from the step: the math alone, with the scales
 # and activations still loaded). 0 compiles the kernel unchanged.
-BATCH_DRIVER = r"""
+_BATCH_DRIVER = r"""
     [[maybe_unused]] uint32_t sink = 0;  // ABLATE == 1: the loaded weight words, folded
     auto compute = [&](const Batch& b, int s0) {
       if constexpr (ABLATE == 1) {
@@ -239,11 +274,11 @@ BATCH_DRIVER = r"""
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
           if constexpr (X_EARLY) {
-            batch_math(b, u, warp * GROUP_STEPS + s0 + u, b.xa[u]);
+            batch_math(b, u, (@GROUP@) * GROUP_STEPS + s0 + u, b.xa[u]);
           } else {
             uint4 xa[M_TILES][4];
-            load_x(xa, warp * GROUP_STEPS + s0 + u);
-            batch_math(b, u, warp * GROUP_STEPS + s0 + u, xa);
+            load_x(xa, (@GROUP@) * GROUP_STEPS + s0 + u);
+            batch_math(b, u, (@GROUP@) * GROUP_STEPS + s0 + u, xa);
           }
         }
       }
@@ -274,14 +309,25 @@ BATCH_DRIVER = r"""
     }
 """
 
+
+def batch_driver(group: str = "warp") -> str:
+    """The driver with the warp's K group ``group``: its warp in the block, or with a cluster
+    of blocks its place among the cluster's warps."""
+    return _BATCH_DRIVER.replace("@GROUP@", group)
+
+
+BATCH_DRIVER = batch_driver()
+
 # ABLATE == 2: the weight words a load would bring, made up from the step and the lane's place
 # (not constants, or the compiler would fold the math away).
 ABLATE_WORD = "(uint32_t(step) * 0x9E3779B9u) ^ uint32_t(threadIdx.x * 8 + c * 2 + h)"
 
 # The warps' float32 C tiles (acc[M_TILES][COL_TILES][4]: rows are output columns g and g + 8,
 # columns activation rows 2t and 2t + 1) through shared memory ``partial[K_GROUPS][PROWS][COLS]``,
-# the K groups' sums added in order and rounded once to T.
-C_TILE_SUMS = r"""  if (warp < K_GROUPS)  // with BULK, warp K_GROUPS is the producer: no sums of its own
+# the K groups' sums added in order and rounded once to T: stored (C_TILE_STORE), a barrier,
+# added (C_TILE_ADD). A tile shared by a cluster of blocks puts the cluster's barrier between
+# the two and adds across the cluster (mma_group_sums).
+C_TILE_STORE = r"""  if (warp < K_GROUPS)  // with BULK, warp K_GROUPS is the producer: no sums of its own
 #pragma unroll
   for (int mt = 0; mt < M_TILES; ++mt)
 #pragma unroll
@@ -291,8 +337,8 @@ C_TILE_SUMS = r"""  if (warp < K_GROUPS)  // with BULK, warp K_GROUPS is the pro
       partial[warp][8 * mt + 2 * t][16 * c + g + 8] = acc[mt][c][2];
       partial[warp][8 * mt + 2 * t + 1][16 * c + g + 8] = acc[mt][c][3];
     }
-  __syncthreads();
-  for (int e = threadIdx.x; e < M_ROWS * COLS; e += blockDim.x) {
+"""
+C_TILE_ADD = r"""  for (int e = threadIdx.x; e < M_ROWS * COLS; e += blockDim.x) {
     const int m = e / COLS, col = e % COLS;
     float total = partial[0][m][col];
 #pragma unroll
@@ -300,21 +346,30 @@ C_TILE_SUMS = r"""  if (warp < K_GROUPS)  // with BULK, warp K_GROUPS is the pro
     y[m * N + n_base + col] = static_cast<T>(total);
   }
 """
+C_TILE_SUMS = C_TILE_STORE + "  __syncthreads();\n" + C_TILE_ADD
 
 
-def launch_bounds_header(threads: int, min_blocks: int) -> str:
-    """Header text that gives the kernel ``__launch_bounds__(threads, min_blocks)``.
+def launch_bounds_header(threads: int, min_blocks: int, cluster: int = 1) -> str:
+    """Header text that gives the kernel ``__launch_bounds__(threads, min_blocks)`` and, with
+    ``cluster`` > 1, ``__cluster_dims__(cluster, 1, 1)``.
 
     Why through the header: MLX writes the kernel's signature itself (``__global__ void
     custom_kernel_<name>...(``, after the header, with no place for attributes), and in CUDA's own
     headers ``__global__`` is a macro (``__location__(global)``). Redefined here, after MLX's
     includes and before the signature, it applies to this kernel alone. The bound makes ptxas cap
     registers so that ``min_blocks`` blocks of ``threads`` fit one SM; nothing else changes, so the
-    arithmetic (and the output, bit for bit) is that of the unbounded kernel."""
-    if min_blocks <= 0:
+    arithmetic (and the output, bit for bit) is that of the unbounded kernel. A cluster size
+    given at compile time is the one the launch takes: MLX launches a custom kernel without a
+    cluster attribute of its own, so the kernel's is the only one."""
+    attributes = []
+    if min_blocks > 0:
+        attributes.append(f"__launch_bounds__({int(threads)}, {int(min_blocks)})")
+    if cluster > 1:
+        attributes.append(f"__cluster_dims__({int(cluster)}, 1, 1)")
+    if not attributes:
         return ""
     return (f"\n#undef __global__\n#define __global__ __location__(global) "
-            f"__launch_bounds__({int(threads)}, {int(min_blocks)})\n")
+            f"{' '.join(attributes)}\n")
 
 
 # The split-K body shared by both K layouts. LAYOUT_CONTIGUOUS selects which words a lane owns.

@@ -6,19 +6,22 @@ and the K groups' sums are ``mma_weights_a``'s (``BATCH_DRIVER``, ``C_TILE_SUMS`
 
 from kernels.variants._cuda_common import (
     ABLATE_WORD,
-    BATCH_DRIVER,
-    C_TILE_SUMS,
+    C_TILE_ADD,
+    C_TILE_STORE,
+    CLUSTER_HEADER,
     MMA_HEADER,
-    MMA_LANES,
     MMA_TILE_CONSTANTS,
     NIBBLE_HEADER,
+    batch_driver,
+    mma_lanes,
 )
 from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 
 # Constants: M_ROWS (<= 16), COL_TILES (16-column tiles a warp owns: n_tile / 16), K_GROUPS,
 # UNROLL (K steps of 128 whose loads go out together), PREFETCH (the next batch's loads before
 # this batch's math), X_EARLY (activations loaded with the weights), LATE_SCALES (a step's scales
-# and biases loaded at its math, not with the batch), K, N, GS (32, 64 or 128), IS_BF16; type T.
+# and biases loaded at its math, not with the batch), CLUSTER (blocks sharing a column tile, its
+# K groups split among them), K, N, GS (32, 64 or 128), IS_BF16; type T.
 # Lane (g = lane / 4, t = lane % 4) holds 4 packed words (32 K values) of each K step of the rows
 # n0 + g and n0 + g + 8, as in mma_weights_a, but laid so that every mma's 16 K values lie in ONE
 # quantization group: word i covers K [GS (i / WPG) + 8 (t WPG + i % WPG), +8) of the step, WPG
@@ -29,9 +32,14 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   constexpr int WPG = GS / 32;          // words of one group a lane holds in a K step
   constexpr int GPS = 128 / GS;         // groups a K step spans
   constexpr int SW = GPS == 4 ? 2 : 1;  // 32-bit words holding a row's GPS 16-bit scales
-  __shared__ __align__(16) float partial[K_GROUPS][PROWS][COLS];
-  // acc (MMA_LANES): the running float32 sums, each group's scaled sum and bias term in K order
-""" + MMA_LANES + r"""
+  constexpr int BLOCK_GROUPS = K_GROUPS / CLUSTER;  // a block's K groups: one warp each
+  __shared__ __align__(16) float partial[BLOCK_GROUPS][PROWS][COLS];
+  // acc (mma_lanes): the running float32 sums, each group's scaled sum and bias term in K order
+""" + mma_lanes("blockIdx.x / CLUSTER") + r"""
+  // The warp's K group: the cluster's blocks take the tile's K groups in rank order.
+  int rank = 0;
+  if constexpr (CLUSTER > 1) rank = int(dflash2_cluster_rank());
+  const int kgroup = rank * BLOCK_GROUPS + warp;
   const T* x_lane = x + g * K + 8 * WPG * t;
   const uint32_t* w_lane = w32 + (n_base + g) * WORDS + WPG * t;
   const uint16_t* s_lane = s16 + (n_base + g) * ROW_GROUPS;
@@ -177,7 +185,7 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   auto load = [&](Batch& b, int s0) {
 #pragma unroll
     for (int u = 0; u < UNROLL; ++u) {
-      const int step = warp * GROUP_STEPS + s0 + u;
+      const int step = kgroup * GROUP_STEPS + s0 + u;
       const uint32_t* wp = w_lane + step * 16;
 #pragma unroll
       for (int c = 0; c < COL_TILES; ++c)
@@ -194,11 +202,28 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
     }
   };
   {
-""" + BATCH_DRIVER + r"""  }
+""" + batch_driver("kgroup") + r"""  }
 
-""" + C_TILE_SUMS
+""" + C_TILE_STORE + r"""  if constexpr (CLUSTER == 1) {
+    __syncthreads();
+""" + C_TILE_ADD + r"""  } else {
+    dflash2_cluster_sync();  // every block's partial sums written
+    // The tile's outputs are shared among the cluster's blocks. Each sums every K group in
+    // order, block 0's groups first: the unclustered K_GROUPS tile's float adds, bit for bit,
+    // whichever block finished first.
+    for (int e = rank * blockDim.x + threadIdx.x; e < M_ROWS * COLS; e += CLUSTER * blockDim.x) {
+      const int m = e / COLS, col = e % COLS;
+      float total = dflash2_cluster_load(&partial[0][m][col], 0);
+#pragma unroll
+      for (int h = 1; h < K_GROUPS; ++h)
+        total += dflash2_cluster_load(&partial[h % BLOCK_GROUPS][m][col], h / BLOCK_GROUPS);
+      y[m * N + n_base + col] = static_cast<T>(total);
+    }
+    dflash2_cluster_sync();  // no block leaves while another still reads its shared memory
+  }
+"""
 
-CUDA_HEADER = _CUDA_HEADER + MMA_HEADER + NIBBLE_HEADER + r"""
+CUDA_HEADER = _CUDA_HEADER + MMA_HEADER + NIBBLE_HEADER + CLUSTER_HEADER + r"""
 // Half HI (0: bits 0-15, 1: bits 16-31) of ``word``, a bf16 or fp16 value, as float32 (exact).
 template <bool BF16>
 __device__ __forceinline__ float dflash2_half_f32(uint32_t word, int hi) {

@@ -33,6 +33,17 @@ of with the batch (a prefetched batch then holds the weights alone: gate/up's pr
 unroll-1 tile at M=8 takes 84 registers instead of 130 or 108, 5 blocks an SM instead of 3 or
 4). None changes the arithmetic, so each must equal its plain twin bit for bit.
 
+``cluster`` = S > 1 (sm_90) splits a column tile's ``k_groups`` among a thread-block cluster
+of S blocks (``__cluster_dims__``), each taking k_groups / S of them in rank order: the grid
+has S times the blocks, each 1/S of the threads. The blocks meet at the cluster's barrier and
+each adds 1/S of the tile's outputs from every block's partial sums (distributed shared
+memory), all the K groups in order, so the float adds are the S = 1 tile's and so is the
+output, bit for bit, whichever block finishes first. Why: down's 320 column tiles of 16 (the
+mma's least) put 3 blocks on some of the H200's 132 SMs and 2 on others, the busiest SM 1.24x
+the mean; at S = 2, 640 blocks of 4 warps hold 5 an SM at most against 4.85 (docs/CUDA.md,
+"The 70% goal"). A reduction through global memory would need a counter zeroed before every
+launch, and MLX's ``init_value`` fills every output, y and the workspace too.
+
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
 
@@ -48,7 +59,7 @@ from kernels.variants._portable import split_k
 NAME = "mma_group_sums"
 ROWS = None  # 1..16
 DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0, "x_early": 0,
-            "min_blocks": 0, "late_scales": 0, "ablate": 0}
+            "min_blocks": 0, "late_scales": 0, "ablate": 0, "cluster": 1}
 METAL_SOURCE = None
 HEADER = ""
 CUDA_LAYOUT = "mma_group_sums"
@@ -60,7 +71,7 @@ CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"
                      group_multiple=32, positive=("n_tile", "k_groups", "unroll"),
                      param_choices=(("prefetch", (0, 1)), ("x_early", (0, 1)),
                                     ("min_blocks", (0, 2, 3, 4, 5, 6)), ("late_scales", (0, 1)),
-                                    ("ablate", (0, 1, 2))),
+                                    ("ablate", (0, 1, 2)), ("cluster", (1, 2, 4))),
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
 GROUP_SIZES = (32, 64, 128)

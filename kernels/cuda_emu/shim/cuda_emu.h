@@ -47,6 +47,19 @@ inline void __syncwarp(unsigned = 0xffffffffu, __EMU_SITE_PARAM) {
   __emu_hooks.simdgroup_barrier(__EMU_SITE());
 }
 
+// Thread-block clusters along x (the executor runs a cluster's blocks together): the block's
+// rank in its cluster (%cluster_ctarank), the cluster barrier (barrier.cluster.arrive.release +
+// wait.acquire) and distributed shared memory: where block `rank` of the cluster holds the
+// `__shared__` object at p in this one (mapa.shared::cluster; loads and stores through it are
+// ld/st.shared::cluster).
+inline unsigned __emu_cluster_rank() { return __emu_hooks.cluster_rank(); }
+inline unsigned __emu_cluster_size() { return __emu_hooks.cluster_size(); }
+inline void __emu_cluster_sync(__EMU_SITE_PARAM) { __emu_hooks.cluster_barrier(__EMU_SITE()); }
+template <typename T>
+inline T* __emu_cluster_map(T* p, unsigned rank) {
+  return static_cast<T*>(__emu_hooks.cluster_map(p, rank));
+}
+
 // A streaming load is a load (the cache hint has no meaning here).
 template <typename T>
 inline T __ldcs(const T* p) { return *p; }

@@ -6,6 +6,14 @@
 // every fiber of the threadgroup is blocked, the executor resolves what can be resolved (SIMD
 // collectives per call site, barriers when every live thread has arrived) and resumes them.
 //
+// A CUDA thread-block cluster (S consecutive threadgroups along x) runs as one: the fibers of
+// its S threadgroups live together, so a cluster barrier can wait for all of them and a thread
+// can reach another threadgroup's memory (cluster_map). The kernel's threadgroup variables have
+// one address each, so the section holding them is live for one threadgroup at a time: each
+// threadgroup has a backing store, and the section is swapped whenever the next fiber to run
+// (or the next SIMD group to resolve) belongs to another threadgroup than the live one. Only
+// the live threadgroup's store is stale; cluster_map gives the live section for it.
+//
 // Buffers live in guarded mappings: each buffer's data ends at a page boundary (rounded to 16
 // bytes for vector loads), with 8 GiB of inaccessible address space on either side, so an
 // out-of-bounds access faults and is reported with the buffer's name and the element index. The
@@ -35,8 +43,9 @@ constexpr unsigned long kAlign = 16;
 constexpr unsigned long kStack = 256 * 1024;
 constexpr unsigned kSimd = 32;
 constexpr unsigned kMaxBuffers = 64;
+constexpr unsigned kMaxCluster = 16;  // CUDA's largest (non-portable) cluster
 
-enum State { kRunnable, kWaitSimd, kWaitTgBarrier, kWaitSgBarrier, kDone };
+enum State { kRunnable, kWaitSimd, kWaitTgBarrier, kWaitSgBarrier, kWaitClusterBarrier, kDone };
 
 struct Lane {
   ucontext_t ctx;
@@ -50,6 +59,15 @@ struct Lane {
   unsigned arg = 0;
   __emu_combine_fn combine = nullptr;
   const void* site = nullptr;
+  unsigned rank = 0;  // its threadgroup's rank in the cluster
+};
+
+// A threadgroup of the running cluster: its lanes are g_lanes[first, first + nthreads).
+struct Group {
+  unsigned first = 0;
+  unsigned nthreads = 0;
+  unsigned finished = 0;  // its lanes that have returned: at nthreads its memory is gone
+  std::vector<char> store;  // its threadgroup memory while another threadgroup's is live
 };
 
 struct Buffer {
@@ -74,6 +92,9 @@ void* const* g_args = nullptr;
 sigjmp_buf g_jmp;
 char* g_tg_lo = nullptr;  // the kernel library's threadgroup variables (section emu_tg)
 char* g_tg_hi = nullptr;
+std::vector<Group> g_groups;  // the running cluster, by rank
+unsigned g_cluster = 1;
+unsigned g_live = 0;  // the rank whose threadgroup memory is in the section
 char g_error[2048];
 bool g_failed = false;
 char* g_altstack = nullptr;
@@ -96,6 +117,17 @@ void where(char* out, size_t n) {
 }
 
 const __emu_lane_info* hook_lane() { return &g_cur->info; }
+
+// Makes the section hold threadgroup `rank`'s memory. Nothing to do in a cluster of one.
+void make_live(unsigned rank) {
+  if (rank == g_live) return;
+  const unsigned long n = g_tg_hi - g_tg_lo;
+  if (n) {
+    memcpy(g_groups[g_live].store.data(), g_tg_lo, n);
+    memcpy(g_tg_lo, g_groups[rank].store.data(), n);
+  }
+  g_live = rank;
+}
 
 void lane_main();
 
@@ -200,6 +232,41 @@ void hook_fail(const char* message) {
   siglongjmp(g_jmp, 1);
 }
 
+unsigned hook_cluster_rank() { return g_cur->rank; }
+unsigned hook_cluster_size() { return g_cluster; }
+
+void hook_cluster_barrier(const void* site) {
+  g_cur->site = site;
+  g_cur->state = kWaitClusterBarrier;
+  yield_to_scheduler();
+}
+
+// The running lane's threadgroup is the live one, and every other threadgroup's store is
+// current (saved when the section was last swapped away from it): an address into a store
+// stays right for as long as this lane's threadgroup runs, which is whenever this lane does.
+void* hook_cluster_map(const void* shared_ptr, unsigned rank) {
+  char* p = const_cast<char*>(static_cast<const char*>(shared_ptr));
+  char buf[160];
+  if (rank >= g_cluster) {
+    snprintf(buf, sizeof buf, "cluster_map to rank %u in a cluster of %u threadgroups", rank,
+             g_cluster);
+    hook_fail(buf);
+  }
+  // On hardware a block's shared memory goes with its last thread: a cluster must meet at a
+  // barrier after its last read of another block's memory (a kernel that does not can read a
+  // block that has exited).
+  if (g_groups[rank].finished == g_groups[rank].nthreads) {
+    snprintf(buf, sizeof buf,
+             "cluster_map to rank %u, a threadgroup whose threads have all finished", rank);
+    hook_fail(buf);
+  }
+  if (p < g_tg_lo || p >= g_tg_hi) {
+    snprintf(buf, sizeof buf, "cluster_map of %p, an address outside threadgroup memory", p);
+    hook_fail(buf);
+  }
+  return rank == g_live ? p : g_groups[rank].store.data() + (p - g_tg_lo);
+}
+
 const Buffer* buffer_of(const char* addr) {
   for (unsigned i = 0; i < g_nbuffers; ++i) {
     const Buffer& b = g_buffers[i];
@@ -248,10 +315,11 @@ void on_signal(int sig, siginfo_t* info, void* uctx) {
 void lane_main() {
   g_entry(g_args);
   g_cur->state = kDone;
+  ++g_groups[g_cur->rank].finished;
 }
 
-// One resolution step over a blocked threadgroup; false when nothing could move (a deadlock).
-bool resolve(unsigned nthreads) {
+// One resolution step over one threadgroup's SIMD groups: collectives and SIMD-group barriers.
+bool resolve_simd(Lane* lanes, unsigned nthreads) {
   bool progress = false;
   const unsigned nsimd = (nthreads + kSimd - 1) / kSimd;
   for (unsigned s = 0; s < nsimd; ++s) {
@@ -264,10 +332,10 @@ bool resolve(unsigned nthreads) {
     // of its own then runs with every lane, as on hardware.)
     const void* first_site = nullptr;
     for (unsigned i = lo; i < hi; ++i)
-      if (g_lanes[i].state == kWaitSimd && (!first_site || g_lanes[i].site < first_site))
-        first_site = g_lanes[i].site;
+      if (lanes[i].state == kWaitSimd && (!first_site || lanes[i].site < first_site))
+        first_site = lanes[i].site;
     for (unsigned i = lo; i < hi; ++i) {
-      Lane& l = g_lanes[i];
+      Lane& l = lanes[i];
       if (l.state == kDone) continue;
       any_live = true;
       if (l.state != kWaitSgBarrier) all_sg_barrier = false;
@@ -285,7 +353,7 @@ bool resolve(unsigned nthreads) {
         return false;
       }
       for (unsigned j = i; j < hi; ++j) {
-        Lane& m = g_lanes[j];
+        Lane& m = lanes[j];
         if (m.state != kWaitSimd || m.site != site) continue;
         if (m.combine != fn || m.size != size) {
           set_error("lanes of one SIMD group reached different collectives at one site");
@@ -297,7 +365,7 @@ bool resolve(unsigned nthreads) {
       }
       fn(in_all, out_all, args, active, size);
       for (unsigned j = i; j < hi; ++j) {
-        Lane& m = g_lanes[j];
+        Lane& m = lanes[j];
         if (!(active >> (j - lo) & 1u)) continue;
         memcpy(m.out, out_all + (j - lo) * size, size);
         m.state = kRunnable;
@@ -306,90 +374,148 @@ bool resolve(unsigned nthreads) {
     }
     if (any_live && all_sg_barrier) {
       for (unsigned i = lo; i < hi; ++i)
-        if (g_lanes[i].state == kWaitSgBarrier) g_lanes[i].state = kRunnable;
+        if (lanes[i].state == kWaitSgBarrier) lanes[i].state = kRunnable;
       progress = true;
     }
   }
-  if (progress) return true;
-  bool all_tg = true, any_live = false;
-  for (unsigned i = 0; i < nthreads; ++i) {
-    if (g_lanes[i].state == kDone) continue;
-    any_live = true;
-    if (g_lanes[i].state != kWaitTgBarrier) all_tg = false;
-  }
-  if (any_live && all_tg) {
-    for (unsigned i = 0; i < nthreads; ++i)
-      if (g_lanes[i].state == kWaitTgBarrier) g_lanes[i].state = kRunnable;
-    return true;
-  }
-  return !any_live;
+  return progress;
 }
 
-void run_threadgroup(const unsigned tg_pos[3], const unsigned tg[3], const unsigned grid[3],
-                     const unsigned groups[3]) {
-  // Threads of an edge threadgroup beyond the grid do not exist (dispatchThreads).
-  unsigned ext[3];
-  for (int d = 0; d < 3; ++d) {
-    unsigned start = tg_pos[d] * tg[d];
-    ext[d] = grid[d] - start < tg[d] ? grid[d] - start : tg[d];
+// Releases the lanes waiting at `barrier` when every live one of [lo, hi) waits there.
+bool release_barrier(unsigned lo, unsigned hi, State barrier) {
+  bool all = true, any_live = false;
+  for (unsigned i = lo; i < hi; ++i) {
+    if (g_lanes[i].state == kDone) continue;
+    any_live = true;
+    if (g_lanes[i].state != barrier) all = false;
   }
-  const unsigned nthreads = ext[0] * ext[1] * ext[2];
-  const unsigned tg_threads = tg[0] * tg[1] * tg[2];
-  for (unsigned t = 0; t < nthreads; ++t) {
-    Lane& l = g_lanes[t];
-    l.state = kRunnable;
-    unsigned lx = t % ext[0], ly = (t / ext[0]) % ext[1], lz = t / (ext[0] * ext[1]);
-    __emu_lane_info& i = l.info;
-    const unsigned lpos[3] = {lx, ly, lz};
-    for (int d = 0; d < 3; ++d) {
-      i.thread_position_in_threadgroup[d] = lpos[d];
-      i.threadgroup_position_in_grid[d] = tg_pos[d];
-      i.thread_position_in_grid[d] = tg_pos[d] * tg[d] + lpos[d];
-      i.threads_per_grid[d] = grid[d];
-      i.threads_per_threadgroup[d] = ext[d];
-      i.threadgroups_per_grid[d] = groups[d];
+  if (!any_live || !all) return false;
+  for (unsigned i = lo; i < hi; ++i)
+    if (g_lanes[i].state == barrier) g_lanes[i].state = kRunnable;
+  return true;
+}
+
+// One resolution step over a blocked cluster; false when nothing could move (a deadlock).
+bool resolve() {
+  bool progress = false;
+  for (unsigned r = 0; r < g_cluster; ++r) {
+    const Group& g = g_groups[r];
+    // a collective's in and out may be threadgroup memory: the lanes' own must be live
+    for (unsigned t = g.first; t < g.first + g.nthreads; ++t)
+      if (g_lanes[t].state == kWaitSimd) {
+        make_live(r);
+        break;
+      }
+    progress |= resolve_simd(&g_lanes[g.first], g.nthreads);
+    if (g_failed) return false;
+  }
+  if (progress) return true;
+  for (const Group& g : g_groups)
+    progress |= release_barrier(g.first, g.first + g.nthreads, kWaitTgBarrier);
+  if (progress) return true;
+  // The threadgroups' lanes are contiguous: the cluster is [0, last one's end).
+  const unsigned end = g_groups.back().first + g_groups.back().nthreads;
+  if (release_barrier(0, end, kWaitClusterBarrier)) return true;
+  for (unsigned i = 0; i < end; ++i)
+    if (g_lanes[i].state != kDone) return false;
+  return true;
+}
+
+void deadlock() {
+  unsigned at_tg = 0, at_sg = 0, at_cluster = 0, done = 0;
+  for (const Group& g : g_groups)
+    for (unsigned t = g.first; t < g.first + g.nthreads; ++t) {
+      at_tg += g_lanes[t].state == kWaitTgBarrier;
+      at_sg += g_lanes[t].state == kWaitSgBarrier;
+      at_cluster += g_lanes[t].state == kWaitClusterBarrier;
+      done += g_lanes[t].state == kDone;
     }
-    i.thread_index_in_threadgroup = lx + ly * ext[0] + lz * ext[0] * ext[1];
-    i.thread_index_in_simdgroup = i.thread_index_in_threadgroup % kSimd;
-    i.simdgroup_index_in_threadgroup = i.thread_index_in_threadgroup / kSimd;
-    i.simdgroups_per_threadgroup = (tg_threads + kSimd - 1) / kSimd;
-    i.threads_per_simdgroup = kSimd;
-    i.thread_index_in_quadgroup = i.thread_index_in_threadgroup % 4;
-    i.quadgroup_index_in_threadgroup = i.thread_index_in_threadgroup / 4;
-    i.quadgroups_per_threadgroup = (tg_threads + 3) / 4;
-    fiber_init(l, l.stack_map + 4096 + kStack);  // one guard page below each stack
+  const unsigned* p = g_lanes[0].info.threadgroup_position_in_grid;  // rank 0's
+  char where[96], cluster[48] = "";
+  if (g_cluster == 1)
+    snprintf(where, sizeof where, "threadgroup (%u,%u,%u)", p[0], p[1], p[2]);
+  else
+    snprintf(where, sizeof where, "the cluster of threadgroups (%u..%u,%u,%u)", p[0],
+             p[0] + g_cluster - 1, p[1], p[2]);
+  if (g_cluster > 1 || at_cluster)
+    snprintf(cluster, sizeof cluster, ", %u at a cluster barrier", at_cluster);
+  char buf[320];
+  snprintf(buf, sizeof buf,
+           "deadlock in %s: %u threads at threadgroup_barrier, %u at simdgroup_barrier%s, %u "
+           "finished",
+           where, at_tg, at_sg, cluster, done);
+  set_error(buf);
+}
+
+// Runs the cluster whose rank-0 threadgroup is at `first`: its g_cluster threadgroups along x.
+// `reverse` starts each round of fibers at the highest rank instead of rank 0.
+void run_cluster(const unsigned first[3], const unsigned tg[3], const unsigned grid[3],
+                 const unsigned groups[3], bool reverse) {
+  const unsigned tg_threads = tg[0] * tg[1] * tg[2];
+  for (unsigned r = 0; r < g_cluster; ++r) {
+    Group& g = g_groups[r];
+    const unsigned tg_pos[3] = {first[0] + r, first[1], first[2]};
+    // Threads of an edge threadgroup beyond the grid do not exist (dispatchThreads).
+    unsigned ext[3];
+    for (int d = 0; d < 3; ++d) {
+      unsigned start = tg_pos[d] * tg[d];
+      ext[d] = grid[d] - start < tg[d] ? grid[d] - start : tg[d];
+    }
+    g.first = r * tg_threads;
+    g.nthreads = ext[0] * ext[1] * ext[2];
+    g.finished = 0;
+    for (unsigned t = 0; t < g.nthreads; ++t) {
+      Lane& l = g_lanes[g.first + t];
+      l.state = kRunnable;
+      l.rank = r;
+      unsigned lx = t % ext[0], ly = (t / ext[0]) % ext[1], lz = t / (ext[0] * ext[1]);
+      __emu_lane_info& i = l.info;
+      const unsigned lpos[3] = {lx, ly, lz};
+      for (int d = 0; d < 3; ++d) {
+        i.thread_position_in_threadgroup[d] = lpos[d];
+        i.threadgroup_position_in_grid[d] = tg_pos[d];
+        i.thread_position_in_grid[d] = tg_pos[d] * tg[d] + lpos[d];
+        i.threads_per_grid[d] = grid[d];
+        i.threads_per_threadgroup[d] = ext[d];
+        i.threadgroups_per_grid[d] = groups[d];
+      }
+      i.thread_index_in_threadgroup = lx + ly * ext[0] + lz * ext[0] * ext[1];
+      i.thread_index_in_simdgroup = i.thread_index_in_threadgroup % kSimd;
+      i.simdgroup_index_in_threadgroup = i.thread_index_in_threadgroup / kSimd;
+      i.simdgroups_per_threadgroup = (tg_threads + kSimd - 1) / kSimd;
+      i.threads_per_simdgroup = kSimd;
+      i.thread_index_in_quadgroup = i.thread_index_in_threadgroup % 4;
+      i.quadgroup_index_in_threadgroup = i.thread_index_in_threadgroup / 4;
+      i.quadgroups_per_threadgroup = (tg_threads + 3) / 4;
+      fiber_init(l, l.stack_map + 4096 + kStack);  // one guard page below each stack
+    }
   }
   // Threadgroup memory starts as garbage on hardware: here it is NaN bytes, so a read before a
   // write (a missing barrier) shows in the output. Threads run highest index first, so a thread
   // that reads what a lower one writes without a barrier in between reads that garbage.
   if (g_tg_lo && g_tg_hi > g_tg_lo) memset(g_tg_lo, 0xFF, g_tg_hi - g_tg_lo);
+  if (g_cluster > 1)
+    for (Group& g : g_groups) g.store.assign(g_tg_hi - g_tg_lo, static_cast<char>(0xFF));
+  g_live = reverse ? g_cluster - 1 : 0;
   for (;;) {
-    for (unsigned u = nthreads; u-- > 0;) {
-      const unsigned t = u;
-      Lane& l = g_lanes[t];
-      if (l.state != kRunnable) continue;
-      g_cur = &l;
-      to_lane(l);
-      g_cur = nullptr;
+    for (unsigned k = 0; k < g_cluster; ++k) {
+      const unsigned r = reverse ? g_cluster - 1 - k : k;
+      const Group& g = g_groups[r];
+      for (unsigned u = g.nthreads; u-- > 0;) {
+        Lane& l = g_lanes[g.first + u];
+        if (l.state != kRunnable) continue;
+        make_live(r);
+        g_cur = &l;
+        to_lane(l);
+        g_cur = nullptr;
+      }
     }
     bool live = false;
-    for (unsigned t = 0; t < nthreads; ++t) live |= g_lanes[t].state != kDone;
+    for (const Group& g : g_groups)
+      for (unsigned t = g.first; t < g.first + g.nthreads; ++t) live |= g_lanes[t].state != kDone;
     if (!live) return;
-    if (!resolve(nthreads)) {
-      if (!g_failed) {
-        unsigned at_tg = 0, at_sg = 0, done = 0;
-        for (unsigned t = 0; t < nthreads; ++t) {
-          at_tg += g_lanes[t].state == kWaitTgBarrier;
-          at_sg += g_lanes[t].state == kWaitSgBarrier;
-          done += g_lanes[t].state == kDone;
-        }
-        char buf[256];
-        snprintf(buf, sizeof buf,
-                 "deadlock in threadgroup (%u,%u,%u): %u threads at threadgroup_barrier, %u at "
-                 "simdgroup_barrier, %u finished",
-                 tg_pos[0], tg_pos[1], tg_pos[2], at_tg, at_sg, done);
-        set_error(buf);
-      }
+    if (!resolve()) {
+      if (!g_failed) deadlock();
       siglongjmp(g_jmp, 1);
     }
   }
@@ -435,10 +561,13 @@ void emu_release_buffers() {
   g_nbuffers = 0;
 }
 
-// Run one launch. Returns 0, or 1 with a one-line reason in `error`.
+// Run one launch. Returns 0, or 1 with a one-line reason in `error`. `cluster` threadgroups
+// along x run together as a cluster (1: each alone); `reverse` runs the grid's last cluster
+// first, and each cluster's threadgroups from the highest rank.
 int emu_launch(void (*entry)(void* const*), struct __emu_hooks_t* hooks, void* const* args,
-               const unsigned grid[3], const unsigned tg[3], char* tg_lo, char* tg_hi,
-               double cpu_seconds, char* error, unsigned long error_len) {
+               const unsigned grid[3], const unsigned tg[3], unsigned cluster, int reverse,
+               char* tg_lo, char* tg_hi, double cpu_seconds, char* error,
+               unsigned long error_len) {
   g_tg_lo = tg_lo;
   g_tg_hi = tg_hi;
   hooks->lane = hook_lane;
@@ -446,6 +575,10 @@ int emu_launch(void (*entry)(void* const*), struct __emu_hooks_t* hooks, void* c
   hooks->threadgroup_barrier = hook_tg_barrier;
   hooks->simdgroup_barrier = hook_sg_barrier;
   hooks->fail = hook_fail;
+  hooks->cluster_rank = hook_cluster_rank;
+  hooks->cluster_size = hook_cluster_size;
+  hooks->cluster_barrier = hook_cluster_barrier;
+  hooks->cluster_map = hook_cluster_map;
   g_entry = entry;
   g_args = args;
   g_failed = false;
@@ -456,7 +589,18 @@ int emu_launch(void (*entry)(void* const*), struct __emu_hooks_t* hooks, void* c
              grid[1], grid[2], tg[0], tg[1], tg[2]);
     return 1;
   }
-  g_lanes.assign(tg_threads, Lane());
+  const unsigned groups[3] = {(grid[0] + tg[0] - 1) / tg[0], (grid[1] + tg[1] - 1) / tg[1],
+                              (grid[2] + tg[2] - 1) / tg[2]};
+  if (cluster == 0 || cluster > kMaxCluster || groups[0] % cluster != 0) {
+    snprintf(error, error_len,
+             "bad launch: a cluster of %u threadgroups (1..%u) for %u threadgroups along x, "
+             "which must be a multiple of it",
+             cluster, kMaxCluster, groups[0]);
+    return 1;
+  }
+  g_cluster = cluster;
+  g_groups.assign(cluster, Group());
+  g_lanes.assign(cluster * tg_threads, Lane());
   for (auto& l : g_lanes) {
     void* m = mmap(nullptr, kStack + 4096, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -484,15 +628,16 @@ int emu_launch(void (*entry)(void* const*), struct __emu_hooks_t* hooks, void* c
   timer.it_value.tv_usec = static_cast<long>((cpu_seconds - static_cast<long>(cpu_seconds)) * 1e6);
   setitimer(ITIMER_PROF, &timer, &old_timer);
 
-  const unsigned groups[3] = {(grid[0] + tg[0] - 1) / tg[0], (grid[1] + tg[1] - 1) / tg[1],
-                              (grid[2] + tg[2] - 1) / tg[2]};
   if (sigsetjmp(g_jmp, 1) == 0) {
-    for (unsigned z = 0; z < groups[2]; ++z)
-      for (unsigned y = 0; y < groups[1]; ++y)
-        for (unsigned x = 0; x < groups[0]; ++x) {
-          const unsigned pos[3] = {x, y, z};
-          run_threadgroup(pos, tg, grid, groups);
-        }
+    const unsigned long across = groups[0] / cluster;  // clusters along x
+    const unsigned long count = across * groups[1] * groups[2];
+    for (unsigned long k = 0; k < count; ++k) {
+      const unsigned long c = reverse ? count - 1 - k : k;  // x fastest, then y, then z
+      const unsigned first[3] = {static_cast<unsigned>(c % across * cluster),
+                                 static_cast<unsigned>(c / across % groups[1]),
+                                 static_cast<unsigned>(c / (across * groups[1]))};
+      run_cluster(first, tg, grid, groups, reverse != 0);
+    }
   }
   g_cur = nullptr;
   struct itimerval off {};
@@ -506,6 +651,7 @@ int emu_launch(void (*entry)(void* const*), struct __emu_hooks_t* hooks, void* c
   sigaltstack(&old_alt, nullptr);
   for (auto& l : g_lanes) munmap(l.stack_map, kStack + 4096);
   g_lanes.clear();
+  g_groups.clear();
 
   // Writes into the slack around a buffer (the bytes no guard page can cover).
   for (unsigned i = 0; i < g_nbuffers && !g_failed; ++i) {

@@ -43,6 +43,15 @@ struct __emu_hooks_t {
   void (*threadgroup_barrier)(const void* site);
   void (*simdgroup_barrier)(const void* site);
   void (*fail)(const char* message);
+  // CUDA thread-block clusters (S consecutive threadgroups along x, run together). The rank is
+  // the threadgroup's place in its cluster; a cluster barrier releases when every live thread
+  // of the cluster has reached one; cluster_map gives the address at which threadgroup `rank`
+  // of this cluster holds the threadgroup-memory byte at `shared_ptr` (valid while the calling
+  // thread's threadgroup runs, i.e. in that thread). A launch without clusters is a cluster of 1.
+  unsigned (*cluster_rank)(void);
+  unsigned (*cluster_size)(void);
+  void (*cluster_barrier)(const void* site);
+  void* (*cluster_map)(const void* shared_ptr, unsigned rank);
 };
 
 extern struct __emu_hooks_t __emu_hooks;
