@@ -254,23 +254,44 @@
 #     core); HOST_TIMEOUT=150 hostcost; the M=16 set (SWEEP_OUT=/tmp/h200res/m16 coldsweep
 #     --check-only --point-m 16 --ms 16, ncucold --points --ms 16).
 #   here: python3 bench/sass_static.py if POINTS changed (the static counts beside ncu's times)
-# The next session's plan (~1,550 s of the 1,800; every call follows the last at once, each
-# tars $OUT's files and /tmp/h200res into one file; timings from the 2026-12-05 run):
+# The 2026-12-05 04:08-04:37 UTC run (tree 416ae84's code with its results uncommitted; ~1,600
+# s of device time: five refused starts cost 91 + 4 x 15 s first). Every call followed the last:
 #   run (carry .whl/p1) stage
-#   run (carry .whl/p2) stage, install; diagnose (~110 s: hot, ablated and balanced launches
-#     alone, docs/CUDA.md "The 70% goal"); SWEEP_OUT=/tmp/h200res/m16 BENCH_TIMEOUT=340
-#     coldsweep --check-only --point-m 16 --ms 16 (the set's 53 points at M=16, each against
-#     its register twin; ~320 s)
-#   run: NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16 NCU_TIMEOUT=400 ncucold --points --ms 16
-#     --reps 1 --cold-sweep /tmp/h200res/m16/cuda_verify_cold_sweep.json;
-#     COLD_SWEEPS=/tmp/h200res/m16/cuda_verify_cold_sweep.json choose (~200 s: the M=16 rows
-#     chosen, the rest of the committed table kept)
-#   run: BENCH_TIMEOUT=500 bench --table-rows --ncu --ncu-timeout 150 (the table rows now
-#     include the vocab candidates, 4 rows of 716 MB); regen (~500 s)
-#   run: timeout 440 suites (goldens recorded where a tile changed; ~300 s)
-#   with what is left: TEST_TIMEOUT=240 devtests; HOST_TIMEOUT=150 hostcost.
-#   If diagnose shows the balanced tiles faster, the session after runs the M=8 check-only
-#   sweep (which holds them) and chooses again.
+#   run (carry .whl/p2) stage, install, diagnose (211 s with the install; now also the cluster
+#     points: coldsweep --check-only --points cluster, then ncucold --tiles "$(tiles cluster)")
+#     -> diagnose.log, diagnose_{hot,ablate,balanced,cluster}_ncu_cold.*, cluster_check_cold_sweep.*
+#   run SWEEP_OUT=/tmp/h200res/m16 BENCH_TIMEOUT=340 coldsweep --check-only --point-m 16 --ms 16
+#     (336 s) -> group_sums_check_cold_sweep_m16.*
+#   run NCU_LIGHT=1 NCU_DTYPES=bfloat16,float16 NCU_TIMEOUT=260 ncucold --points --ms 16 --reps 1
+#     --cold-sweep /tmp/h200res/m16/cuda_verify_cold_sweep.json; NCU_CSVS=$OUT/ncu_cold.csv
+#     COLD_SWEEPS=/tmp/h200res/m16/cuda_verify_cold_sweep.json choose (161 s)
+#     -> group_sums_ncu_cold_m16.*, group_sums_choose_m16.log, tile_choice_m16.json,
+#        group_sums_chosen_table_m16.json
+#   run cp /tmp/h200res/chosen_table.json /tmp/h200res/candidate_table.json; timeout 330 suites
+#     (160 s) -> h200_suites.jsonl, suites.log, goldens.log, suites/fingerprints.json (1 digest
+#     added: down fp16 M=16's group sums)
+#   run BENCH_TIMEOUT=400 bench --table-rows; regen (218 s; no --ncu, for the time)
+#     -> cuda_verify.{json,md,log}, regen_on_device.log, candidate_table_on_device.json
+#   run timeout 250 suites with regen's table (vocab tuned; 113 s) -> vocab_candidate_suites.log,
+#     vocab_candidate_h200_suites.jsonl: test_vocab_projection states the fallback and failed
+#   here: the chosen table with a ``hold`` on the sm_90 vocab entries, then
+#     python3 scripts/regen_sm90_table.py --results bench/results/h200/cuda_verify.json
+#     (= candidate_table.json); python -m suites.expected_selections --write (1 row)
+# The next session's plan (~1,200 s):
+#   here first: the committed table without the vocab entries' ``hold``, regenerated from the
+#     committed cuda_verify.json (regen_sm90_table.py --table T --out vocab_table.json: vocab
+#     selects mma_weights_a), as an untracked file of the tree (it travels with every call);
+#     suites/test_parity.py's vocab test now holds a tuned vocab kernel to 2 ulps of stock at
+#     scale (tests/test_vocab_tuned.py); on the device it goes to
+#     /tmp/h200res/candidate_table.json, and the table is committed without the hold only if
+#     the suites pass with it
+#   run (carry .whl/p1) stage; run (carry .whl/p2) stage, install, timeout 400 suites (vocab's
+#     goldens recorded, every suite with vocab tuned; ~300 s with the install)
+#   run BENCH_TIMEOUT=500 bench --table-rows --ncu --ncu-timeout 150; regen (~500 s: the
+#     one-launch table and the bare reads for the table as it is)
+#   with what is left: HOST_TIMEOUT=150 hostcost; TEST_TIMEOUT=240 devtests.
+#   The 70% goal at M=8 needs a kernel whose math alone is well under 18.6 us (docs/CUDA.md,
+#   "What limits M=8, measured"); no tile of the current kernels is expected to reach it.
 set -euo pipefail
 VERSION=0.32.4
 cmd="${1:-}"

@@ -19,7 +19,10 @@ if its one-launch margin clears both the ncu launches' spread and the batches' n
 Otherwise the entry selects stock (selection reason ``fallback:measured``), keeps its custom
 ``candidate`` (the next run measures it again and may restore it) and states the ``reason``
 with the figures. An entry the results do not measure (or whose candidate failed there) is
-dropped to stock the same way. Every other device's entries are left exactly as they are.
+dropped to stock the same way. An entry with a ``hold`` (why, by hand) selects stock whatever
+its candidate measured, the figures in its ``reason``, until the hold is taken out: for what the
+numbers cannot say, e.g. a suite that states the fallback and must first check the tuned kernel.
+Every other device's entries are left exactly as they are.
 
 Writes the table in place (or to ``--out``); ``--check`` writes nothing and exits 1 when the
 table differs from what the results say it should be.
@@ -94,6 +97,18 @@ def verdict(row: dict | None, variant: str, params: dict,
     return False, fig
 
 
+def held_reason(variant: str, hold: str, fig: dict, where: str) -> str:
+    """Why an entry with ``hold`` selects stock: the hold, then what its candidate measured.
+    A hold is for what the numbers cannot say, e.g. a suite that states the fallback and would
+    have to check the tuned kernel first; the measurement stays on record for when it goes."""
+    if "why" in fig:
+        measured = fig["why"]
+    else:
+        measured = (f"measured wall {fig['custom_us']} us vs stock {fig['stock_us']} us per "
+                    f"launch, margin {fig['margin_us']} us, noise {fig['noise_us']} us")
+    return f"{variant}: held at stock ({hold}); {measured} ({where})"
+
+
 def regenerate(table: dict, results: dict, results_name: str) -> tuple[dict, list[dict]]:
     """The table with its sm_90 entries regenerated, and one decision record per key."""
     rows = {_key(r["shape"], r["dtype"], r["M"], r.get("group_size", 64)): r
@@ -125,7 +140,11 @@ def regenerate(table: dict, results: dict, results_name: str) -> tuple[dict, lis
                             "bits": e["bits"], "group_sizes": [gs], "shapes": [shape]}
                     if e.get("chosen"):  # how the tile was chosen (choose_tiles), kept
                         base["chosen"] = e["chosen"]
-                    if keep and "alone" in fig:
+                    if e.get("hold"):  # kept at stock by hand, the measurement recorded
+                        base["hold"] = e["hold"]
+                        new = {**base, "variant": STOCK, "params": {}, "candidate": cand,
+                               "reason": held_reason(cand["variant"], e["hold"], fig, where)}
+                    elif keep and "alone" in fig:
                         a = fig["alone"]
                         new = {**base, "variant": cand["variant"], "params": cand["params"],
                                "profiled": (f"{where}: one launch alone (ncu) {a['custom_us']} "
@@ -152,7 +171,9 @@ def regenerate(table: dict, results: dict, results_name: str) -> tuple[dict, lis
                                "reason": reason}
                     entries.append(new)
                     decisions.append({"shape": shape, "dtype": dtype, "M": e["M"],
-                                      "candidate": cand["variant"], "kept": keep, **fig})
+                                      "candidate": cand["variant"],
+                                      "kept": keep and not e.get("hold"),
+                                      **({"held": e["hold"]} if e.get("hold") else {}), **fig})
     return {**table, "entries": entries}, decisions
 
 
@@ -306,7 +327,8 @@ def main(argv: list[str] | None = None) -> int:
             a = d["alone"]
             figs += (f"; alone (ncu) custom {a['custom_us']} vs stock {a['stock_us']} us, "
                      f"margin {a['margin_us']}")
-        print(f"{'keep' if d['kept'] else 'DROP'} {d['shape']} {d['dtype']} M={d['M']} "
+        print(f"{'keep' if d['kept'] else 'HOLD' if d.get('held') else 'DROP'} {d['shape']} "
+              f"{d['dtype']} M={d['M']} "
               f"{d['candidate']}: {figs}")
     text = render(new)
     if args.check:
@@ -315,7 +337,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if same else 1
     Path(args.out or args.table).write_text(text)
     kept = sum(d["kept"] for d in decisions)
-    print(f"{kept} kept, {len(decisions) - kept} dropped to stock -> {args.out or args.table}")
+    held = sum(bool(d.get("held")) for d in decisions)
+    print(f"{kept} kept, {held} held at stock, {len(decisions) - kept - held} dropped to stock "
+          f"-> {args.out or args.table}")
     return 0
 
 

@@ -110,9 +110,19 @@ def test_vocab_projection(rows, measure):
     target = VerifyQuantizedLinear(support.as_layer(c), "vocab", dev, columns_of=c.n)
     y = target(c.rows(rows))
     (sel,) = measure.selections
-    # No kernel covers a 248320-wide projection: it falls back, for this module only.
-    assert sel.variant == "stock" and sel.reason.startswith("fallback:"), sel
-    assert mx.array_equal(y, support.stock(c, rows)).item()
+    ys = support.stock(c, rows)
+    if sel.variant == "stock":
+        # No entry covers the 248320-wide projection here, or it is held at stock: it falls
+        # back, for this module only, and is stock bit for bit.
+        assert sel.reason.startswith("fallback:"), sel
+        assert mx.array_equal(y, ys).item()
+    else:
+        # A tuned vocab kernel (a table entry selects one): float32 sums rounded once, as
+        # stock's, so within 2 ulps of stock at the dot product's scale, as the M=16 blocks are.
+        _ref, scale = c.reference(rows)
+        ulps = float(scaled_ulps(support.f64(y), support.f64(ys), scale, "bfloat16").max())
+        measure.record("ulps_vs_stock_at_scale", ulps, "ulp", 2.0)
+        assert ulps <= 2.0, f"vocab M={rows} {sel.variant}: {ulps:.3g} ulps from stock"
     draft = _draft_layer(c, dev)
     yd = draft(c.rows(rows))
     assert bool(mx.all(mx.isfinite(yd.astype(mx.float32))).item())

@@ -80,7 +80,7 @@ def test_regen_keeps_what_beats_stock_beyond_the_noise_and_drops_the_rest(tmp_pa
     assert _run("--table", tp, "--results", rp, "--check").returncode == 1
     r = _run("--table", tp, "--results", rp)
     assert r.returncode == 0, r.stderr
-    assert "2 kept, 2 dropped to stock" in r.stdout
+    assert "2 kept, 0 held at stock, 2 dropped to stock" in r.stdout
     data = json.loads(tp.read_text())
     by = {(e["shapes"][0], e["dtypes"][0], e["M"]): e for e in data["entries"]
           if e["devices"] == ["sm_90"]}
@@ -157,3 +157,26 @@ def test_the_committed_sm90_table_is_what_the_committed_h200_results_say():
     hand-tuned entry (or a new run not applied) fails here."""
     out = _run("--check")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+def test_an_entry_held_by_hand_stays_stock_with_what_it_measured(tmp_path):
+    """``hold``: the down entry's candidate beats stock by far (14.9 us over a spread of 0.7),
+    yet the entry stays stock, its candidate and hold kept and the figures in its reason, run
+    after run; without the hold the same results restore it."""
+    tp, rp = _files(tmp_path)
+    data = json.loads(tp.read_text())
+    hold = "suites/test_parity.py states the fallback"
+    data["entries"][-1]["hold"] = hold
+    tp.write_text(json.dumps(data, indent=1) + "\n")
+    r = _run("--table", tp, "--results", rp)
+    assert r.returncode == 0, r.stderr
+    assert "HOLD down float16 M=8" in r.stdout and "1 kept, 1 held at stock, 2 dropped to stock" in r.stdout
+    held = {(e["shapes"][0], e["dtypes"][0], e["M"]): e
+            for e in json.loads(tp.read_text())["entries"]}[("down", "float16", 8)]
+    assert (held["variant"], held["hold"]) == ("stock", hold)
+    assert held["candidate"] == {"variant": "mma_weights_a", "params": WA}
+    assert held["reason"].startswith(f"mma_weights_a: held at stock ({hold}); measured wall 24.2 us vs stock 39.1")
+    assert _run("--table", tp, "--results", rp, "--check").returncode == 0
+    k, n = SHAPES["down"]
+    got = select(H200, "float16", 8, k, n, table=build_table(json.loads(tp.read_text())))
+    assert got.variant == "stock"
