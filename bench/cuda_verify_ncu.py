@@ -115,14 +115,25 @@ def sm_imbalance(k: dict) -> float | None:
     return busiest / mean if busiest and mean else None
 
 
+# The share of cycles a scheduler issued an instruction, and the warp instructions in all: near
+# 100% a kernel is held by its own instruction stream, not by what it waits on (the ablated
+# kernels' "math alone" asks this of the math).
+ISSUE_ACTIVE = "smsp__issue_active.avg.pct_of_peak_sustained_active"
+WARP_INSTRUCTIONS = "smsp__inst_executed.sum"
+
+
 def summarize(path: str) -> str:
     """The CSV as a markdown table: one row per profiled launch, labelled with its path (with
-    the SMs' imbalance where the run measured it)."""
+    the SMs' imbalance, the issue slots' use and the instruction count where the run measured
+    them)."""
     launches = parse(Path(path).read_text())
     busy = any(sm_imbalance(k) is not None for k in launches)
+    issue = any(metric(k, ISSUE_ACTIVE) is not None for k in launches)
     out = [("| launch | kernel | grid | block | us | DRAM % of peak | DRAM MB read | "
-            "L2 MB | warps active % | regs |" + (" SM busy max/mean |" if busy else "")),
-           "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if busy else "")]
+            "L2 MB | warps active % | regs |" + (" SM busy max/mean |" if busy else "")
+            + (" issue active % | warp inst (M) |" if issue else "")),
+           "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if busy else "")
+           + ("---|---|" if issue else "")]
     for k in launches:
         def num(*names, div=1.0, k=k):
             v = metric(k, *names, div=div)
@@ -135,7 +146,9 @@ def summarize(path: str) -> str:
                    f" | {num('dram__bytes_read.sum', div=1e6)} | "
                    f"{num('lts__t_bytes.sum', div=1e6)} | "
                    f"{num('sm__warps_active.avg.pct_of_peak_sustained_active')} | {regs} |"
-                   + (f" {cell(sm_imbalance(k), '{:.2f}')} |" if busy else ""))
+                   + (f" {cell(sm_imbalance(k), '{:.2f}')} |" if busy else "")
+                   + (f" {num(ISSUE_ACTIVE)} | {num(WARP_INSTRUCTIONS, div=1e6)} |"
+                      if issue else ""))
     return "\n".join(out) + "\n"
 
 

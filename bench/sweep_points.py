@@ -266,20 +266,27 @@ SETS = {"next": POINTS, "cluster": CLUSTERED, "2026-12-04-bulk-packed": POINTS_2
         "2026-12-03": POINTS_2026_12_03}
 
 
+# The ablated tiles of the table's entries at an M: M=16's tell whether its second activation
+# tile's math is what M=16 pays for.
+ABLATE_AT = {"ablate": 8, "ablate16": 16}
+
+
 def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
     """The tiles of h200.sh's ``diagnose`` run, as ``cuda_verify_ncu --tiles`` takes them:
-    ``balanced``, the BALANCED points; ``cluster``, the CLUSTERED points; ``ablate``, the selection table's sm_90 gate/up and down
-    tiles at M=8 in bf16 with a part taken out (1: the loads alone, 2: the math alone), so the
+    ``balanced``, the BALANCED points; ``cluster``, the CLUSTERED points; ``ablate``
+    (``ablate16``), the selection table's sm_90 gate/up and down tiles at M=8 (16) in bf16
+    with a part taken out (1: the loads alone, 2: the math alone), so the
     run measures what the table ships, whatever it ships then."""
     if kind == "balanced":
         return [as_params(pt) for pt in BALANCED]
     if kind == "cluster":
         return [as_params(pt) for pts in CLUSTERED.values() for pt in pts]
-    if kind != "ablate":
-        raise ValueError(f"no diagnostic tiles named {kind!r} (balanced, cluster, ablate)")
+    if kind not in ABLATE_AT:
+        raise ValueError(f"no diagnostic tiles named {kind!r} (balanced, cluster, "
+                         f"{', '.join(ABLATE_AT)})")
     out = []
     for e in table["entries"]:
-        if (e["devices"] == ["sm_90"] and e["M"] == 8 and e["dtypes"] == ["bfloat16"]
+        if (e["devices"] == ["sm_90"] and e["M"] == ABLATE_AT[kind] and e["dtypes"] == ["bfloat16"]
                 and e["shapes"][0] in ("gate_up", "down") and e["variant"] in SWEPT):
             tile = point_of(e["variant"], e["params"])
             out += [{**tile, "ablate": 1}, {**tile, "ablate": 2}]
@@ -290,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python bench/sweep_points.py tiles KIND``: the diagnostic tiles as JSON, for h200.sh."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] != "tiles":
-        print("usage: sweep_points.py tiles balanced|cluster|ablate", file=sys.stderr)
+        print("usage: sweep_points.py tiles balanced|cluster|ablate|ablate16", file=sys.stderr)
         return 2
     table = json.loads(table_path().read_text())  # the table in effect, as the runtime reads it
     try:

@@ -40,9 +40,10 @@
 #                                  the batched sweep lets independent launches overlap);
 #                                  NCU_LIGHT=1: kernel time and a few metrics only (one pass a
 #                                  kernel), NCU_DTYPES: the dtypes (default bfloat16)
-#   scripts/h200.sh diagnose       there: what limits the M=8 tiles, each launch alone under ncu:
-#                                  hot (NCU_CACHE=none), ablated, and the balanced gate/up tiles
-#                                  (~110 s; $OUT/{hot,ablate,balanced}/ncu_cold.{csv,md})
+#   scripts/h200.sh diagnose       there: what limits the M=8 and M=16 tiles, each launch alone
+#                                  under ncu: hot (NCU_CACHE=none), ablated at M=8 and M=16
+#                                  (~90 s; $OUT/{hot,ablate,ablate16}/ncu_cold.{csv,md}); with
+#                                  DIAGNOSE_MORE=1 the balanced and clustered tiles too
 #   scripts/h200.sh readsizes      there: a plain cold read of 12.5 MB to 4 GiB alone under ncu
 #                                  (bench/read_sizes_ncu.py): the rate a read of the kernels'
 #                                  sizes reaches at all, into $OUT/read_sizes.{csv,md}
@@ -289,6 +290,7 @@
 #     goldens recorded, every suite with vocab tuned; ~300 s with the install)
 #   run BENCH_TIMEOUT=500 bench --table-rows --ncu --ncu-timeout 150; regen (~500 s: the
 #     one-launch table and the bare reads for the table as it is)
+#   run diagnose (~90 s: is the math alone issue-bound, and what M=16's math costs)
 #   with what is left: HOST_TIMEOUT=150 hostcost; TEST_TIMEOUT=240 devtests.
 #   The 70% goal at M=8 needs a kernel whose math alone is well under 18.6 us (docs/CUDA.md,
 #   "What limits M=8, measured"); no tile of the current kernels is expected to reach it.
@@ -407,7 +409,7 @@ case "$cmd" in
     metrics=dram__bytes_read.sum,lts__t_bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active
     if [ "${NCU_LIGHT:-0}" = 1 ]; then
       sections=""
-      metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,$metrics,launch__registers_per_thread,sm__cycles_active.max,sm__cycles_active.avg
+      metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,$metrics,launch__registers_per_thread,sm__cycles_active.max,sm__cycles_active.avg,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
     fi
     # NCU_CACHE=none: caches left as they are, so a tile's 2nd and later launches (--reps) read
     # weights the 1st left in L2 (hot alone; ncu's dram__bytes_read says how hot) beside the
@@ -426,31 +428,36 @@ case "$cmd" in
     cp "$OUT/ncu_cold.csv" "/tmp/h200res/ncu_cold${NCU_TAG:-}.csv"
     ;;
   diagnose)
-    # What limits gate/up and down (docs/CUDA.md, "The 70% goal"), each launch alone under ncu
-    # (~110 s): the table's gate/up tile with the weights its previous launch left in L2 beside
-    # its cold launch (hot); the table's M=8 tiles with a part taken out (ablate); the balanced
-    # gate/up tiles beside the table's (bench/sweep_points.BALANCED); the cluster lever's tiles.
-    # One folder of $OUT each.
+    # What limits gate/up and down (docs/CUDA.md, "What limits M=8, measured"), each launch
+    # alone under ncu, whose light metrics now hold the issue slots' use and the instruction
+    # count (~90 s): the table's gate/up tile with the weights its previous launch left in L2
+    # beside its cold launch (hot); the table's M=8 and M=16 tiles with a part taken out
+    # (ablate, ablate16: the M=16 tiles at M=16). One folder of $OUT each. DIAGNOSE_MORE=1 adds
+    # the runs of 2026-12-05 04:08 UTC that refuted the SMs' balance: the balanced gate/up tiles
+    # (bench/sweep_points.BALANCED), and the cluster lever's tiles (CLUSTERED), checked bit for
+    # bit against their unclustered twins first in a sweep of their own.
     export PYTHONPATH=/tmp/site:$PWD
     tiles() { python3 bench/sweep_points.py tiles "$1"; }
-    for run in hot ablate balanced; do mkdir -p "$OUT/$run"; done
+    for run in hot ablate ablate16; do mkdir -p "$OUT/$run"; done
     NCU_LIGHT=1 NCU_CACHE=none NCU_TAG=_hot NCU_DTYPES=bfloat16 OUT=$OUT/hot \
       bash "$0" ncucold --shapes gate_up --ms 8 --reps 3 || echo "diagnose: hot rc $?"
     NCU_LIGHT=1 NCU_TAG=_ablate NCU_DTYPES=bfloat16 OUT=$OUT/ablate \
       bash "$0" ncucold --shapes gate_up,down --ms 8 --reps 2 --tiles "$(tiles ablate)" \
       || echo "diagnose: ablate rc $?"
-    NCU_LIGHT=1 NCU_TAG=_balanced NCU_DTYPES=bfloat16,float16 OUT=$OUT/balanced \
-      bash "$0" ncucold --shapes gate_up --ms 8 --reps 2 --tiles "$(tiles balanced)" \
-      || echo "diagnose: balanced rc $?"
-    # The cluster lever (bench/sweep_points.CLUSTERED): each tile checked bit for bit against its
-    # unclustered twin at M=8 first, in a sweep of its own (a fault there leaves the runs above
-    # whole), then alone under ncu on both shapes.
-    mkdir -p "$OUT/cluster"
-    SWEEP_OUT=/tmp/h200res/cluster BENCH_TIMEOUT=150 bash "$0" coldsweep --check-only \
-      --points cluster --ms 8 --no-ring --no-bulk || echo "diagnose: cluster check rc $?"
-    NCU_LIGHT=1 NCU_TAG=_cluster NCU_DTYPES=bfloat16,float16 OUT=$OUT/cluster \
-      bash "$0" ncucold --shapes gate_up,down --ms 8 --reps 2 --tiles "$(tiles cluster)" \
-      || echo "diagnose: cluster rc $?"
+    NCU_LIGHT=1 NCU_TAG=_ablate16 NCU_DTYPES=bfloat16 OUT=$OUT/ablate16 \
+      bash "$0" ncucold --shapes gate_up,down --ms 16 --reps 2 --tiles "$(tiles ablate16)" \
+      || echo "diagnose: ablate16 rc $?"
+    if [ "${DIAGNOSE_MORE:-0}" = 1 ]; then
+      mkdir -p "$OUT/balanced" "$OUT/cluster"
+      NCU_LIGHT=1 NCU_TAG=_balanced NCU_DTYPES=bfloat16,float16 OUT=$OUT/balanced \
+        bash "$0" ncucold --shapes gate_up --ms 8 --reps 2 --tiles "$(tiles balanced)" \
+        || echo "diagnose: balanced rc $?"
+      SWEEP_OUT=/tmp/h200res/cluster BENCH_TIMEOUT=150 bash "$0" coldsweep --check-only \
+        --points cluster --ms 8 --no-ring --no-bulk || echo "diagnose: cluster check rc $?"
+      NCU_LIGHT=1 NCU_TAG=_cluster NCU_DTYPES=bfloat16,float16 OUT=$OUT/cluster \
+        bash "$0" ncucold --shapes gate_up,down --ms 8 --reps 2 --tiles "$(tiles cluster)" \
+        || echo "diagnose: cluster rc $?"
+    fi
     ;;
   readsizes)
     # a plain cold read of 12.5 MB to 4 GiB, alone under ncu: the rate a read of the kernels'

@@ -581,3 +581,39 @@ def test_check_only_flags_a_lever_that_changes_the_output_and_renders_without_ti
     assert "**Check only**" in md and "TB/s" not in md
     hi_line = next(ln for ln in md.splitlines() if "| False |" in ln)
     assert "| - | - | False |" in hi_line  # no time, no % of ceiling
+
+
+def test_the_issue_slots_use_is_read_where_the_run_measured_it(tmp_path):
+    """The share of cycles a scheduler issued, and the warp instructions in all (millions):
+    two columns of the summary where the CSV has them, none where it has not."""
+    text = cvn.csv_of([("tile gate_up bfloat16 M=8 ablate 2", "dflash2_mma_weights_a", 18.6)])
+    rows = text.splitlines()
+    rows += [rows[-1].replace("gpu__time_duration.sum", name).replace('"usecond"', f'"{unit}"')
+             .replace('"18.6"', f'"{v}"') for name, unit, v in (
+                 (cvn.ISSUE_ACTIVE, "%", "91.37"), (cvn.WARP_INSTRUCTIONS, "inst", "12,345,678"))]
+    csv_path = tmp_path / "ncu.csv"
+    csv_path.write_text("\n".join(rows) + "\n")
+    md = cvn.summarize(str(csv_path)).splitlines()
+    assert md[0].endswith("| issue active % | warp inst (M) |")
+    assert md[1].count("|---") == 12 and md[2].endswith("| 91.4 | 12.3 |")
+    plain = tmp_path / "plain.csv"
+    plain.write_text(text)
+    assert "issue active" not in cvn.summarize(str(plain))
+
+
+def test_the_m16_ablated_tiles_are_the_tables_m16_tiles_and_launch_at_m16():
+    """``ablate16``: the table's M=16 gate/up and down bf16 tiles with a part taken out, each
+    building a launch at M=16 on both shapes."""
+    from kernels import cuda
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    tiles = sp.diagnostic_tiles("ablate16", table)
+    shipped = [sp.point_of(e["variant"], e["params"]) for e in table["entries"]
+               if e["devices"] == ["sm_90"] and e["M"] == 16 and e["dtypes"] == ["bfloat16"]
+               and e["shapes"][0] in ("gate_up", "down")]
+    assert len(shipped) == 2
+    assert tiles == [{**t, "ablate": a} for t in shipped for a in (1, 2)]
+    for t in tiles:
+        for op in ("gate_up", "down"):
+            k, n = cv.SHAPES[op]
+            name, p = sp.launch_of(t)
+            assert cuda.launch_config(name, 16, k, n, 64, "bfloat16", p).grid > 0
