@@ -279,15 +279,15 @@
 #     python3 scripts/regen_sm90_table.py --results bench/results/h200/cuda_verify.json
 #     (= candidate_table.json); python -m suites.expected_selections --write (1 row)
 # The next session's plan (~1,200 s):
-#   here first: the committed table without the vocab entries' ``hold``, regenerated from the
-#     committed cuda_verify.json (regen_sm90_table.py --table T --out vocab_table.json: vocab
-#     selects mma_weights_a), as an untracked file of the tree (it travels with every call);
-#     suites/test_parity.py's vocab test now holds a tuned vocab kernel to 2 ulps of stock at
-#     scale (tests/test_vocab_tuned.py); on the device it goes to
-#     /tmp/h200res/candidate_table.json, and the table is committed without the hold only if
-#     the suites pass with it
-#   run (carry .whl/p1) stage; run (carry .whl/p2) stage, install, timeout 400 suites (vocab's
-#     goldens recorded, every suite with vocab tuned; ~300 s with the install)
+#   the table to try: bench/results/h200/candidate_table_on_device.json (regen's table of the
+#     04:23 run, vocab selecting mma_weights_a; it differs from the committed table only there
+#     and in its notes); suites/test_parity.py's vocab test now holds a tuned vocab kernel to 2
+#     ulps of stock at scale (tests/test_vocab_tuned.py). On the device it goes to
+#     /tmp/h200res/candidate_table.json; here the vocab entries' ``hold`` comes out (then
+#     regen_sm90_table.py, expected_selections --write, the goldens) only if the suites pass
+#   run (carry .whl/p1) stage; run (carry .whl/p2) stage, install, mkdir -p /tmp/h200res, cp
+#     bench/results/h200/candidate_table_on_device.json /tmp/h200res/candidate_table.json,
+#     timeout 400 suites (vocab's goldens recorded, every suite with vocab tuned; ~300 s)
 #   run BENCH_TIMEOUT=500 bench --table-rows --ncu --ncu-timeout 150; regen (~500 s: the
 #     one-launch table and the bare reads for the table as it is)
 #   run diagnose (~90 s: is the math alone issue-bound, and what M=16's math costs)
