@@ -320,3 +320,24 @@ def test_the_build_cache_is_keyed_by_the_hooks_header(tmp_path, monkeypatch):
     finally:
         monkeypatch.undo()
         toolchain._shim_digest.cache_clear()
+
+
+def test_the_build_cache_is_keyed_by_every_runtime_source(tmp_path, monkeypatch):
+    """The executor is more than one source (runtime.cpp, buffers.cpp and their header): an
+    edit to any of them is a new runtime build, never the cached one."""
+    runtime = tmp_path / "runtime"
+    shutil.copytree(toolchain.RUNTIME_DIR, runtime)
+    try:
+        before = toolchain._key("runtime")
+        monkeypatch.setattr(toolchain, "RUNTIME_DIR", runtime)
+        toolchain._shim_digest.cache_clear()
+        assert toolchain._key("runtime") == before
+        for name in ("buffers.cpp", "buffers.h", "runtime.cpp"):
+            src = runtime / name
+            src.write_text(src.read_text() + "\n// edited\n")
+            toolchain._shim_digest.cache_clear()
+            assert toolchain._key("runtime") != before, name
+            before = toolchain._key("runtime")
+    finally:
+        monkeypatch.undo()
+        toolchain._shim_digest.cache_clear()

@@ -1,4 +1,4 @@
-"""Launching a compiled Metal kernel on the SIMT executor (runtime/runtime.cpp) from Python.
+"""Launching a compiled Metal kernel on the SIMT executor (runtime/) from Python.
 
 Inputs are copied into guarded buffers; outputs are pre-filled with a NaN whose payload no
 arithmetic produces, so an element the kernel never writes is reported by index; a fault names

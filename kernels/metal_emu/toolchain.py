@@ -27,7 +27,7 @@ from kernels.metal_emu.mlx_metal import cache_root
 ENV_CLANG = "DFLASH2_CLANG"
 HERE = Path(__file__).parent
 SHIM = HERE / "shim"
-RUNTIME = HERE / "runtime" / "runtime.cpp"
+RUNTIME_DIR = HERE / "runtime"
 
 # C++17 as MSL is; no fast math and no FP contraction (only an explicit fma fuses, as the
 # portable forms assume); unknown attributes are checked by lower.unknown_attributes instead.
@@ -91,7 +91,8 @@ def _shim_digest() -> str:
     h = hashlib.sha256()
     for p in sorted(SHIM.iterdir()):
         h.update(p.name.encode() + b"\0" + p.read_bytes())
-    h.update(RUNTIME.read_bytes())
+    for p in sorted(RUNTIME_DIR.iterdir()):  # the executor's sources and headers
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
     return h.hexdigest()
 
 
@@ -268,7 +269,7 @@ def build_runtime() -> Path:
     if target.exists():
         return target
     tmp = build_dir() / f".{target.name}.{os.getpid()}.tmp"
-    _run(["-std=c++17", "-O2", "-fPIC", "-shared", f"-I{shim_dir()}", "-o", str(tmp),
-          str(RUNTIME)],
+    _run(["-std=c++17", "-O2", "-fPIC", "-shared", f"-I{shim_dir()}", f"-I{RUNTIME_DIR}", "-o",
+          str(tmp), *map(str, sorted(RUNTIME_DIR.glob("*.cpp")))],
          "the executor runtime", link=True)
     return _publish(tmp, target)

@@ -14,11 +14,8 @@
 // (or the next SIMD group to resolve) belongs to another threadgroup than the live one. Only
 // the live threadgroup's store is stale; cluster_map gives the live section for it.
 //
-// Buffers live in guarded mappings: each buffer's data ends at a page boundary (rounded to 16
-// bytes for vector loads), with 8 GiB of inaccessible address space on either side, so an
-// out-of-bounds access faults and is reported with the buffer's name and the element index. The
-// few bytes of slack before the start and after a 16-byte-rounded end are filled with 0xFF and
-// checked after the launch: a write there is reported too.
+// Buffers are guarded mappings (buffers.cpp): an access out of bounds faults, and the fault is
+// reported with the buffer's name and the element index.
 //
 // Not thread-safe by design: one launch at a time per process (the Python side holds a lock).
 
@@ -34,15 +31,13 @@
 #include <unistd.h>
 #include <vector>
 
+#include "buffers.h"
 #include "metal_emu_hooks.h"
 
 namespace {
 
-constexpr unsigned long kGuard = 1ul << 33;  // 8 GiB of PROT_NONE on each side of a buffer
-constexpr unsigned long kAlign = 16;
 constexpr unsigned long kStack = 256 * 1024;
 constexpr unsigned kSimd = 32;
-constexpr unsigned kMaxBuffers = 64;
 constexpr unsigned kMaxCluster = 16;  // CUDA's largest (non-portable) cluster
 
 enum State { kRunnable, kWaitSimd, kWaitTgBarrier, kWaitSgBarrier, kWaitClusterBarrier, kDone };
@@ -69,20 +64,6 @@ struct Group {
   unsigned finished = 0;  // its lanes that have returned: at nthreads its memory is gone
   std::vector<char> store;  // its threadgroup memory while another threadgroup's is live
 };
-
-struct Buffer {
-  char* region = nullptr;
-  unsigned long region_len = 0;
-  char* base = nullptr;
-  unsigned long nbytes = 0;
-  unsigned elem = 1;
-  char name[64] = {0};
-  char* pages = nullptr;  // first accessible byte
-  unsigned long pages_len = 0;
-};
-
-Buffer g_buffers[kMaxBuffers];
-unsigned g_nbuffers = 0;
 
 std::vector<Lane> g_lanes;
 Lane* g_cur = nullptr;
@@ -267,21 +248,13 @@ void* hook_cluster_map(const void* shared_ptr, unsigned rank) {
   return rank == g_live ? p : g_groups[rank].store.data() + (p - g_tg_lo);
 }
 
-const Buffer* buffer_of(const char* addr) {
-  for (unsigned i = 0; i < g_nbuffers; ++i) {
-    const Buffer& b = g_buffers[i];
-    if (addr >= b.region && addr < b.region + b.region_len) return &b;
-  }
-  return nullptr;
-}
-
 void on_signal(int sig, siginfo_t* info, void* uctx) {
   char w[128];
   where(w, sizeof w);
   char buf[1024];
   if (sig == SIGSEGV || sig == SIGBUS) {
     const char* addr = static_cast<const char*>(info->si_addr);
-    const Buffer* b = buffer_of(addr);
+    const emu::Buffer* b = emu::buffer_of(addr);
     bool write = false;
 #if defined(__x86_64__)
     write = (static_cast<ucontext_t*>(uctx)->uc_mcontext.gregs[REG_ERR] & 2) != 0;
@@ -529,38 +502,6 @@ struct SavedSignals {
 
 extern "C" {
 
-// A guarded buffer of `nbytes` (elements of `elem` bytes), named for error messages.
-void* emu_buffer(unsigned long nbytes, unsigned elem, const char* name) {
-  if (g_nbuffers >= kMaxBuffers) return nullptr;
-  const unsigned long page = static_cast<unsigned long>(sysconf(_SC_PAGESIZE));
-  const unsigned long rounded = (nbytes + kAlign - 1) / kAlign * kAlign;
-  const unsigned long pages_len = rounded == 0 ? page : (rounded + page - 1) / page * page;
-  const unsigned long len = kGuard + pages_len + kGuard;
-  void* region = mmap(nullptr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (region == MAP_FAILED) return nullptr;
-  char* pages = static_cast<char*>(region) + kGuard;
-  if (mprotect(pages, pages_len, PROT_READ | PROT_WRITE) != 0) {
-    munmap(region, len);
-    return nullptr;
-  }
-  Buffer& b = g_buffers[g_nbuffers++];
-  b.region = static_cast<char*>(region);
-  b.region_len = len;
-  b.pages = pages;
-  b.pages_len = pages_len;
-  b.base = pages + pages_len - rounded;
-  b.nbytes = nbytes;
-  b.elem = elem ? elem : 1;
-  snprintf(b.name, sizeof b.name, "%s", name);
-  memset(pages, 0xFF, pages_len);
-  return b.base;
-}
-
-void emu_release_buffers() {
-  for (unsigned i = 0; i < g_nbuffers; ++i) munmap(g_buffers[i].region, g_buffers[i].region_len);
-  g_nbuffers = 0;
-}
-
 // Run one launch. Returns 0, or 1 with a one-line reason in `error`. `cluster` threadgroups
 // along x run together as a cluster (1: each alone); `reverse` runs the grid's last cluster
 // first, and each cluster's threadgroups from the highest rank.
@@ -653,23 +594,7 @@ int emu_launch(void (*entry)(void* const*), struct __emu_hooks_t* hooks, void* c
   g_lanes.clear();
   g_groups.clear();
 
-  // Writes into the slack around a buffer (the bytes no guard page can cover).
-  for (unsigned i = 0; i < g_nbuffers && !g_failed; ++i) {
-    const Buffer& b = g_buffers[i];
-    for (char* p = b.pages; p < b.pages + b.pages_len; ++p) {
-      if (p == b.base) p += b.nbytes;
-      if (p >= b.pages + b.pages_len) break;
-      if (static_cast<unsigned char>(*p) != 0xFF) {
-        long long off = p - b.base;
-        long long index = off >= 0 ? off / b.elem : -((-off + b.elem - 1) / b.elem);
-        snprintf(g_error, sizeof g_error,
-                 "out-of-bounds write of buffer '%s' at element index %lld (valid 0..%lld)",
-                 b.name, index, static_cast<long long>(b.nbytes / b.elem) - 1);
-        g_failed = true;
-        break;
-      }
-    }
-  }
+  if (!g_failed && emu::slack_written(g_error, sizeof g_error)) g_failed = true;
   if (g_failed) {
     snprintf(error, error_len, "%s", g_error);
     return 1;
