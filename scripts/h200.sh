@@ -41,8 +41,9 @@
 #                                  NCU_LIGHT=1: kernel time and a few metrics only (one pass a
 #                                  kernel), NCU_DTYPES: the dtypes (default bfloat16)
 #   scripts/h200.sh diagnose       there: what limits the M=8 and M=16 tiles, each launch alone
-#                                  under ncu: hot (NCU_CACHE=none), ablated at M=8 and M=16
-#                                  (~90 s; $OUT/{hot,ablate,ablate16}/ncu_cold.{csv,md}); with
+#                                  under ncu: hot (NCU_CACHE=none), ablated at M=8 and M=16, and
+#                                  M=8's again with ncu's sections (stall reasons; ~200 s;
+#                                  $OUT/{hot,ablate,ablate16,ablate_sections}/); with
 #                                  DIAGNOSE_MORE=1 the balanced and clustered tiles too
 #   scripts/h200.sh readsizes      there: a plain cold read of 12.5 MB to 4 GiB alone under ncu
 #                                  (bench/read_sizes_ncu.py): the rate a read of the kernels'
@@ -290,7 +291,8 @@
 #     timeout 400 suites (vocab's goldens recorded, every suite with vocab tuned; ~300 s)
 #   run BENCH_TIMEOUT=500 bench --table-rows --ncu --ncu-timeout 150; regen (~500 s: the
 #     one-launch table and the bare reads for the table as it is)
-#   run diagnose (~90 s: is the math alone issue-bound, and what M=16's math costs)
+#   run diagnose (~200 s: is the math alone issue-bound, what it waits on, and what M=16's
+#     math costs)
 #   with what is left: HOST_TIMEOUT=150 hostcost; TEST_TIMEOUT=240 devtests.
 #   The 70% goal at M=8 needs a kernel whose math alone is well under 18.6 us (docs/CUDA.md,
 #   "What limits M=8, measured"); no tile of the current kernels is expected to reach it.
@@ -430,7 +432,7 @@ case "$cmd" in
   diagnose)
     # What limits gate/up and down (docs/CUDA.md, "What limits M=8, measured"), each launch
     # alone under ncu, whose light metrics now hold the issue slots' use and the instruction
-    # count (~90 s): the table's gate/up tile with the weights its previous launch left in L2
+    # count (~200 s): the table's gate/up tile with the weights its previous launch left in L2
     # beside its cold launch (hot); the table's M=8 and M=16 tiles with a part taken out
     # (ablate, ablate16: the M=16 tiles at M=16). One folder of $OUT each. DIAGNOSE_MORE=1 adds
     # the runs of 2026-12-05 04:08 UTC that refuted the SMs' balance: the balanced gate/up tiles
@@ -447,6 +449,12 @@ case "$cmd" in
     NCU_LIGHT=1 NCU_TAG=_ablate16 NCU_DTYPES=bfloat16 OUT=$OUT/ablate16 \
       bash "$0" ncucold --shapes gate_up,down --ms 16 --reps 2 --tiles "$(tiles ablate16)" \
       || echo "diagnose: ablate16 rc $?"
+    # the same M=8 launches once more with ncu's sections (warp stall reasons, occupancy,
+    # throughput breakdown; several replays a launch): what a warp of the math alone waits on
+    mkdir -p "$OUT/ablate_sections"
+    NCU_TIMEOUT=200 NCU_TAG=_ablate_sections NCU_DTYPES=bfloat16 OUT=$OUT/ablate_sections \
+      bash "$0" ncucold --shapes gate_up,down --ms 8 --reps 1 --tiles "$(tiles ablate)" \
+      || echo "diagnose: ablate sections rc $?"
     if [ "${DIAGNOSE_MORE:-0}" = 1 ]; then
       mkdir -p "$OUT/balanced" "$OUT/cluster"
       NCU_LIGHT=1 NCU_TAG=_balanced NCU_DTYPES=bfloat16,float16 OUT=$OUT/balanced \
