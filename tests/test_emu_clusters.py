@@ -10,6 +10,7 @@ both ways and compared bit for bit.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 
 import numpy as np
@@ -303,41 +304,44 @@ def test_threads_that_finished_do_not_hold_a_cluster_barrier():
                                   np.repeat(np.float32([1, 5]), THREADS))
 
 
-def test_the_build_cache_is_keyed_by_the_hooks_header(tmp_path, monkeypatch):
-    """A kernel library built against another table of hooks is never reused: the hooks
-    header is part of every build's key (the runtime fills fields by the new layout)."""
-    shim = tmp_path / "shim"
-    shutil.copytree(toolchain.SHIM, shim)
+@contextlib.contextmanager
+def _copied(monkeypatch, tmp_path, folder: str):
+    """toolchain's ``folder`` (SHIM or RUNTIME_DIR: files every build's key hashes) replaced
+    by a copy to edit, for the block's length."""
+    copy = tmp_path / folder
+    shutil.copytree(getattr(toolchain, folder), copy)
     try:
-        before = toolchain._key("x")
-        monkeypatch.setattr(toolchain, "SHIM", shim)
-        toolchain._shim_digest.cache_clear()
-        assert toolchain._key("x") == before  # same content, same key
-        hooks = shim / "metal_emu_hooks.h"
-        hooks.write_text(hooks.read_text().replace("void* (*cluster_map)", "void* (*cluster_mapx)"))
-        toolchain._shim_digest.cache_clear()
-        assert toolchain._key("x") != before
+        monkeypatch.setattr(toolchain, folder, copy)
+        yield copy
     finally:
         monkeypatch.undo()
         toolchain._shim_digest.cache_clear()
+
+
+def _key(part: str) -> str:
+    toolchain._shim_digest.cache_clear()
+    return toolchain._key(part)
+
+
+def test_the_build_cache_is_keyed_by_the_hooks_header(tmp_path, monkeypatch):
+    """A kernel library built against another table of hooks is never reused: the hooks
+    header is part of every build's key (the runtime fills fields by the new layout)."""
+    before = _key("x")
+    with _copied(monkeypatch, tmp_path, "SHIM") as shim:
+        assert _key("x") == before  # same content, same key
+        hooks = shim / "metal_emu_hooks.h"
+        hooks.write_text(hooks.read_text().replace("void* (*cluster_map)", "void* (*cluster_mapx)"))
+        assert _key("x") != before
 
 
 def test_the_build_cache_is_keyed_by_every_runtime_source(tmp_path, monkeypatch):
     """The executor is more than one source (runtime.cpp, buffers.cpp and their header): an
     edit to any of them is a new runtime build, never the cached one."""
-    runtime = tmp_path / "runtime"
-    shutil.copytree(toolchain.RUNTIME_DIR, runtime)
-    try:
-        before = toolchain._key("runtime")
-        monkeypatch.setattr(toolchain, "RUNTIME_DIR", runtime)
-        toolchain._shim_digest.cache_clear()
-        assert toolchain._key("runtime") == before
+    before = _key("runtime")
+    with _copied(monkeypatch, tmp_path, "RUNTIME_DIR") as runtime:
+        assert _key("runtime") == before
         for name in ("buffers.cpp", "buffers.h", "runtime.cpp"):
             src = runtime / name
             src.write_text(src.read_text() + "\n// edited\n")
-            toolchain._shim_digest.cache_clear()
-            assert toolchain._key("runtime") != before, name
-            before = toolchain._key("runtime")
-    finally:
-        monkeypatch.undo()
-        toolchain._shim_digest.cache_clear()
+            assert _key("runtime") != before, name
+            before = _key("runtime")
