@@ -176,6 +176,22 @@ CLUSTERED = {
     "down": [((16, 8, 1, 1, 0), {**GSUMS, **LATE, "cluster": 2}),
              ((16, 8, 1, 1, 0), {**GSUMS, **LATE, "cluster": 4})],
 }
+# Added 2026-12-05 06:00 UTC: mma_weights_a's ``denorm`` lever, q taken as a subnormal of the
+# activation type against the scale times 2^133 (bf16) or 2^20 (fp16), so no magic is
+# subtracted: the HADD2 of every nibble pair goes (nvcc for sm_90, gate/up's shipped tile: 535
+# instructions a batch of two K steps against 648 in bf16, against 585 with fp16's
+# hi_in_place), and the FMA forms the same exact product, so the output is the plain pipeline's
+# bit for bit. On the register tiles the table ships or timed closest to them, at M=8 and 16,
+# and on down beside the group-sums tiles it ships there.
+DN_DENORM = {"denorm": 1}
+DENORMED = {
+    "gate_up": [(GU, DN_DENORM), ((32, 4, 2, 0, 0), DN_DENORM),
+                ((32, 4, 1, 0, 0, 128, 1), DN_DENORM), ((32, 4, 1, 1, 0), DN_DENORM),
+                ((16, 2, 2, 0, 0), DN_DENORM)],
+    "down": [(DN, DN_DENORM), ((32, 8, 2, 0, 0, 128, 1), DN_DENORM),
+             ((16, 8, 1, 1, 0), DN_DENORM), ((32, 4, 2, 0, 0, 128, 1), DN_DENORM),
+             ((16, 17, 1, 0, 0), DN_DENORM)],
+}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}
@@ -260,7 +276,7 @@ BULK_SMOKE = (((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 4, 1, 0, 4), {"bulk": 2}),
 
 
 # Every set by the name ``--points`` takes (the sweep and the ncu run): the next, or a run's.
-SETS = {"next": POINTS, "cluster": CLUSTERED, "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,
+SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,
         "2026-12-04-bulk-rows": POINTS_2026_12_04_BULK_ROWS,
         "2026-12-04-bulk": POINTS_2026_12_04_BULK, "2026-12-04": POINTS_2026_12_04,
         "2026-12-03": POINTS_2026_12_03}
@@ -281,8 +297,16 @@ def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
         return [as_params(pt) for pt in BALANCED]
     if kind == "cluster":
         return [as_params(pt) for pts in CLUSTERED.values() for pt in pts]
+    if kind.startswith("denorm_") and kind[len("denorm_"):] in DENORMED:
+        # a shape's denormed tiles, each beside its plain self (the same run's baseline)
+        out = []
+        for pt in DENORMED[kind[len("denorm_"):]]:
+            p = as_params(pt)
+            out += [p, {**p, "denorm": 0}]
+        return out
     if kind not in ABLATE_AT:
-        raise ValueError(f"no diagnostic tiles named {kind!r} (balanced, cluster, "
+        raise ValueError(f"no diagnostic tiles named {kind!r} (balanced, cluster, denorm_gate_up, "
+                         f"denorm_down, "
                          f"{', '.join(ABLATE_AT)})")
     out = []
     for e in table["entries"]:
@@ -297,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python bench/sweep_points.py tiles KIND``: the diagnostic tiles as JSON, for h200.sh."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] != "tiles":
-        print("usage: sweep_points.py tiles balanced|cluster|ablate|ablate16", file=sys.stderr)
+        print("usage: sweep_points.py tiles balanced|cluster|denorm_gate_up|denorm_down|"
+              "ablate|ablate16", file=sys.stderr)
         return 2
     table = json.loads(table_path().read_text())  # the table in effect, as the runtime reads it
     try:

@@ -72,8 +72,8 @@ class Launcher:
     often the kernel call really ran, over all weights (tests hold it at one per weights).
     """
 
-    __slots__ = ("activation", "dtypes", "grid", "header", "kernel", "name", "packing",
-                 "scales_dtype", "shapes", "template", "threads", "traces")
+    __slots__ = ("activation", "denorm", "dtypes", "grid", "header", "kernel", "name",
+                 "packing", "scales_dtype", "shapes", "template", "threads", "traces")
 
     def __init__(self, name: str, m: int, k: int, n: int, group_size: int, dtype: mx.Dtype,
                  params: tuple):
@@ -85,6 +85,7 @@ class Launcher:
         self.activation = act
         self.scales_dtype = act if VARIANTS[name].CUDA_LAYOUT in _SCALES_IN_ACTIVATION else None
         self.packing = cfg.packing
+        self.denorm = bool(cfg.template.get("DENORM", False))
         self.template = [("T", act), *cfg.template.items()]
         self.grid, self.threads = (cfg.grid, 1, 1), (cfg.threads, 1, 1)
         self.shapes, self.dtypes = [(m, n)], [act]
@@ -156,13 +157,37 @@ def _miss(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
     if entry is None:
         lx, w, scales, biases = _operands(name, x, qw, params)
         if not _evaluated(w, scales, biases):  # a caller's traced weights: nothing to keep
+            if lx.denorm:  # scales unseen: the plain path, the same output bit for bit
+                lx = _operands(name, x, qw, plain_nibbles(params))[0]
             return lx.call(x, w, scales, biases)
         kept = _kept(params)
-        fn = _captured(name, qw, kept, x.dtype, lx, (w, scales, biases))
+        runs = params  # what the launches run: the plain path where denorm may not
+        if lx.denorm and not denorm_fits(scales):
+            runs = plain_nibbles(params)
+            lx = _operands(name, x, qw, runs)[0]  # the same operands: denorm moves nothing
+        fn = _captured(name, qw, runs, x.dtype, lx, (w, scales, biases))
         entry = (kept, x.dtype, fn)
     y = entry[2](x)  # traced before it is kept: a failed trace leaves no entry behind
     qw.kernel_memo[full] = qw.kernel_memo[name] = entry
     return y
+
+
+# ``denorm`` (mma_weights_a) multiplies each scale by 2^133 (bf16) or 2^20 (fp16) in the
+# kernel: exact while the product is finite, so only for scales below these magnitudes.
+DENORM_SCALE_LIMIT = {"bfloat16": 2.0 ** -5, "float16": 2.0 ** -4}
+
+
+def denorm_fits(scales: mx.array) -> bool:
+    """Whether every scale (in the activation dtype the kernel reads) is below ``denorm``'s
+    limit, NaN and infinity not: checked once per weights, where the launch is captured."""
+    limit = DENORM_SCALE_LIMIT.get(dtype_name(scales.dtype))
+    return limit is not None and bool(mx.all(mx.abs(scales) < limit).item())
+
+
+def plain_nibbles(params: Mapping) -> dict:
+    """``params`` without ``denorm``: the plain dequantization, whose output ``denorm``'s
+    equals bit for bit wherever ``denorm`` may run, so it serves weights it may not."""
+    return {**params, "denorm": 0}
 
 
 def _kept(params) -> Mapping:

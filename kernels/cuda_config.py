@@ -61,6 +61,10 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     stages, x_early = int(p.get("stages", 0)), int(p.get("x_early", 0))
     min_blocks, bulk = int(p.get("min_blocks", 0)), int(p.get("bulk", 0))
     hi_in_place, ablate = int(p.get("hi_in_place", 0)), int(p.get("ablate", 0))
+    denorm = int(p.get("denorm", 0))
+    if denorm and hi_in_place:
+        raise tiling.TilingError(f"{name}: denorm and hi_in_place are two ways to take the "
+                                 f"nibbles; a tile takes one")
     if ablate and (stages or bulk):
         raise tiling.TilingError(f"{name}: ablate takes a part out of the register pipeline "
                                  f"only, not the cp.async ring or the bulk pipeline")
@@ -75,7 +79,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     template = {"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups, "UNROLL": unroll,
                 "PREFETCH": bool(int(p["prefetch"])), "STAGES": stages,
                 "L2_PREFETCH": int(p.get("l2_prefetch", 128)), "X_EARLY": bool(x_early),
-                "HI_IN_PLACE": bool(hi_in_place), "BULK": bool(bulk), "PACKED": bulk == 2,
+                "HI_IN_PLACE": bool(hi_in_place), "DENORM": bool(denorm), "BULK": bool(bulk), "PACKED": bulk == 2,
                 "ABLATE": ablate,
                 "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"}
     if bulk:

@@ -45,6 +45,9 @@
 #                                  M=8's again with ncu's sections (stall reasons; ~200 s;
 #                                  $OUT/{hot,ablate,ablate16,ablate_sections}/); with
 #                                  DIAGNOSE_MORE=1 the balanced and clustered tiles too
+#   scripts/h200.sh denorm         there: mma_weights_a's denorm lever: its points checked bit
+#                                  for bit (M=8, 16), then timed alone under ncu beside their
+#                                  plain selves ($OUT/denorm8, denorm16, denorm_{gate_up,down})
 #   scripts/h200.sh readsizes      there: a plain cold read of 12.5 MB to 4 GiB alone under ncu
 #                                  (bench/read_sizes_ncu.py): the rate a read of the kernels'
 #                                  sizes reaches at all, into $OUT/read_sizes.{csv,md}
@@ -467,6 +470,24 @@ case "$cmd" in
         || echo "diagnose: cluster rc $?"
     fi
     ;;
+  denorm)
+    # mma_weights_a's denorm lever (bench/sweep_points.DENORMED): every point checked bit for
+    # bit against its register twin at M=8 and 16 (the cold sweep's check, no timing), then
+    # each shape's denormed tiles alone under ncu beside their plain selves and the committed
+    # tile, bf16 and fp16, M=8 and 16 (light metrics; ~300 s in all). One folder of $OUT each.
+    export PYTHONPATH=/tmp/site:$PWD
+    tiles() { python3 bench/sweep_points.py tiles "$1"; }
+    SWEEP_OUT=/tmp/h200res/denorm8 BENCH_TIMEOUT=150 bash "$0" coldsweep --check-only \
+      --points denorm --ms 8 --no-ring --no-bulk || echo "denorm: check M=8 rc $?"
+    SWEEP_OUT=/tmp/h200res/denorm16 BENCH_TIMEOUT=150 bash "$0" coldsweep --check-only \
+      --points denorm --point-m 16 --ms 16 --no-ring --no-bulk || echo "denorm: check M=16 rc $?"
+    for shape in gate_up down; do
+      mkdir -p "$OUT/denorm_$shape"
+      NCU_LIGHT=1 NCU_TIMEOUT=${NCU_TIMEOUT:-150} NCU_TAG=_denorm_$shape \
+        NCU_DTYPES=bfloat16,float16 OUT=$OUT/denorm_$shape bash "$0" ncucold --shapes $shape \
+        --ms 8,16 --reps 2 --tiles "$(tiles denorm_$shape)" || echo "denorm: ncu $shape rc $?"
+    done
+    ;;
   readsizes)
     # a plain cold read of 12.5 MB to 4 GiB, alone under ncu: the rate a read of the kernels'
     # sizes can reach at all (bench/read_sizes_ncu.py)
@@ -540,7 +561,7 @@ case "$cmd" in
       suites/test_selection.py --results-jsonl "$OUT/h200_suites.jsonl" 2>&1 | tee "$OUT/suites.log" | tail -40
     ;;
   *)
-    echo "usage: scripts/h200.sh fetch|stage|install|bench|devtests|hostcost|regen|ncu|ncucold|diagnose|coldsweep|readsizes|sass|choose|sweep|suites" >&2
+    echo "usage: scripts/h200.sh fetch|stage|install|bench|devtests|hostcost|regen|ncu|ncucold|diagnose|denorm|coldsweep|readsizes|sass|choose|sweep|suites" >&2
     exit 2
     ;;
 esac

@@ -74,7 +74,8 @@ LEVERS = {
     "mma_weights_a": [{"prefetch": 1}, {"prefetch": 1, "unroll": 2}, {"unroll": 2},
                       {"unroll": 2, "x_early": 1}, {"stages": 3}, {"stages": 2, "x_early": 1},
                       {"hi_in_place": 1}, {"hi_in_place": 1, "prefetch": 1},
-                      {"hi_in_place": 1, "stages": 3}],
+                      {"hi_in_place": 1, "stages": 3}, {"denorm": 1},
+                      {"denorm": 1, "unroll": 2, "x_early": 1}, {"denorm": 1, "stages": 3}],
 }
 
 

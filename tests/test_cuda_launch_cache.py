@@ -45,7 +45,7 @@ class AstypeSpy:
 def standin(monkeypatch):
     """Replace MLX's CUDA kernel factory by one that builds a real MLX computation; it keeps
     the headers it was given and the dtypes each kernel call was given."""
-    counts = {"factory": 0, "kernel": 0, "headers": [], "inputs": []}
+    counts = {"factory": 0, "kernel": 0, "headers": [], "inputs": [], "templates": []}
 
     def factory(name, input_names, output_names, source, header=""):
         counts["factory"] += 1
@@ -54,6 +54,7 @@ def standin(monkeypatch):
         def kernel(*, inputs, template, grid, threadgroup, output_shapes, output_dtypes):
             counts["kernel"] += 1
             counts["inputs"].append([a.dtype for a in inputs])
+            counts["templates"].append(dict(template))
             x, w, s, b = inputs
             f32 = mx.float32
             y = mx.quantized_matmul(mx.array.astype(x, f32), w, mx.array.astype(s, f32),
@@ -250,6 +251,33 @@ def test_traced_weights_are_launched_but_not_kept(standin):
         y = outer(x, qw.wq, qw.scales, qw.biases)
         assert mx.array_equal(y, cuda.launch(NAME, x, qw, PARAMS)).item()
     assert len(made) == 1 and not made[0].kernel_memo
+
+
+@pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
+def test_denorm_runs_only_on_weights_whose_scaled_scales_stay_finite(standin, dtype):
+    """``denorm`` multiplies each scale by 2^133 (bf16) or 2^20 (fp16) in the kernel, which
+    overflows for a scale at or above 2^-5 (2^-4): such weights, and weights the launch cannot
+    see (a caller's tracers), get the plain path, whose output is the same bit for bit where
+    both may run; the entry still keeps the caller's params, so later calls hit it."""
+    params = {**PARAMS, "denorm": 1}
+    small = _weights(dtype)
+    limit = cuda.DENORM_SCALE_LIMIT[cuda.dtype_name(dtype)]
+    one_big = small.scales.at[3, 1].add(1.5 * limit - small.scales[3, 1])  # one group
+    big = QWeights(small.wq, one_big, small.biases, GS, 4)
+    for qw, runs in ((small, True), (big, False)):
+        start = standin["kernel"]
+        for _ in range(3):
+            mx.eval(cuda.launch(NAME, _x(dtype=dtype), qw, params))
+        assert standin["kernel"] == start + 1  # traced once, then replayed
+        assert standin["templates"][-1]["DENORM"] is runs
+    exact = QWeights(small.wq, mx.full(small.scales.shape, limit, dtype), small.biases, GS, 4)
+    mx.eval(cuda.launch(NAME, _x(dtype=dtype), exact, params))
+    assert standin["templates"][-1]["DENORM"] is False  # the limit itself overflows
+
+    def f(x, w, s, b):
+        return cuda.launch(NAME, x, QWeights(w, s, b, GS, 4), params)
+    mx.eval(mx.compile(f)(_x(dtype=dtype), small.wq, small.scales, small.biases))
+    assert standin["templates"][-1]["DENORM"] is False
 
 
 def test_lazy_weights_are_evaluated_before_they_are_captured(standin):

@@ -22,7 +22,8 @@ from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 # pipeline of UNROLL / PREFETCH; >= 2: the cp.async ring), L2_PREFETCH (the ring's L2
 # prefetch hint, 128 or 256 bytes), X_EARLY (activations loaded with the weights: in the
 # register batch, or through the ring; else step by step before the math), HI_IN_PLACE (fp16:
-# one shift a word, dflash2_dequant_pair's HIGH), BULK (the producer
+# one shift a word, dflash2_dequant_pair's HIGH), DENORM (q as a subnormal: no subtraction,
+# dflash2_dequant_denorm), BULK (the producer
 # warp's ring of STAGES stages of UNROLL steps in dynamic shared memory), PACKED (with BULK: w
 # packed so that a block's stage is one contiguous copy), K, N, GS, IS_BF16; type T.
 # Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for
@@ -75,8 +76,17 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   };
   // One K step's math: per word 2 dequantized A tiles per column tile and 2 mma per activation
   // tile.
-  auto mma_math = [&](const uint4 (&wq)[COL_TILES][2], const uint32_t (&sc)[COL_TILES][2],
+  auto mma_math = [&](const uint4 (&wq)[COL_TILES][2], const uint32_t (&sc_in)[COL_TILES][2],
                       const uint32_t (&bi)[COL_TILES][2], const uint4 (&xa)[M_TILES][4]) {
+    // DENORM: the step's scales times 2^133 (bf16) or 2^20 (fp16), once a row, for the
+    // subnormal q of dflash2_dequant_denorm (exact: a power of two, and the launch keeps the
+    // weights whose scales would overflow off this path: kernels.cuda).
+    uint32_t sc[COL_TILES][2];
+#pragma unroll
+    for (int c = 0; c < COL_TILES; ++c)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        sc[c][h] = DENORM ? dflash2_denorm_scale<IS_BF16>(sc_in[c][h]) : sc_in[c][h];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       uint32_t bx[M_TILES][4];  // activation pairs (0,4), (1,5), (2,6), (3,7) of word i
@@ -91,7 +101,11 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
         for (int h = 0; h < 2; ++h) {
           const uint4 v = wq[c][h];
           const uint32_t q = i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-          if constexpr (HI_IN_PLACE) {  // fp16: the high nibble of each byte where it lies
+          if constexpr (DENORM) {  // q as a subnormal: the LOP3 and the FMA, no subtraction
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+              a[h][j] = dflash2_dequant_denorm<IS_BF16>(q, j, sc[c][h], bi[c][h]);
+          } else if constexpr (HI_IN_PLACE) {  // fp16: the high nibble of each byte where it lies
             const uint32_t q8 = q >> 8;
             a[h][0] = dflash2_dequant_pair<IS_BF16, false>(q, sc[c][h], bi[c][h]);
             a[h][1] = dflash2_dequant_pair<IS_BF16, true>(q, sc[c][h], bi[c][h]);
@@ -358,6 +372,55 @@ __device__ __forceinline__ uint32_t dflash2_dequant_pair(uint32_t bits, uint32_t
                                 *reinterpret_cast<__half2*>(&magic)),
                         *reinterpret_cast<__half2*>(&scale2),
                         *reinterpret_cast<__half2*>(&bias2));
+    out = *reinterpret_cast<uint32_t*>(&r);
+  }
+  return out;
+}
+// DENORM: nibble pair J ((0, 4), (1, 5), (2, 6), (3, 7)) of ``bits`` taken as two subnormals
+// of the activation type, with no magic and no subtraction: in bf16 at bits 0-3 of each half,
+// q x 2^-133; in fp16 at bits 4-7, q x 2^-20 (nibbles 1 and 5 lie there, the others one shift
+// away). ``scale2`` is the scale times 2^133 (bf16) or 2^20 (fp16) (dflash2_denorm_scale), so
+// the FMA's exact product is scale * q, the very product the plain path's FMA forms, and its
+// one rounding of scale * q + bias is the same: the output is the plain path's bit for bit.
+// Valid while the scaled scale is finite: |scale| < 2^-5 (bf16) or <= 65504 / 2^20 (fp16).
+template <bool BF16>
+__device__ __forceinline__ uint32_t dflash2_dequant_denorm(uint32_t bits, int j,
+                                                           uint32_t scale2, uint32_t bias2) {
+  uint32_t v;
+  if constexpr (BF16) {
+    v = (bits >> (4 * j)) & 0x000F000Fu;
+  } else {
+    v = (j == 0 ? bits << 4 : bits >> (4 * j - 4)) & 0x00F000F0u;
+  }
+  uint32_t out;
+  if constexpr (BF16) {
+    __nv_bfloat162 r = __hfma2(*reinterpret_cast<__nv_bfloat162*>(&v),
+                               *reinterpret_cast<__nv_bfloat162*>(&scale2),
+                               *reinterpret_cast<__nv_bfloat162*>(&bias2));
+    out = *reinterpret_cast<uint32_t*>(&r);
+  } else {
+    __half2 r = __hfma2(*reinterpret_cast<__half2*>(&v), *reinterpret_cast<__half2*>(&scale2),
+                        *reinterpret_cast<__half2*>(&bias2));
+    out = *reinterpret_cast<uint32_t*>(&r);
+  }
+  return out;
+}
+// A packed scale pair times 2^133 (bf16: 2^66 then 2^67, each a bf16) or 2^20 (fp16: 2^10
+// twice): two exact multiplications by powers of two while the result stays finite.
+template <bool BF16>
+__device__ __forceinline__ uint32_t dflash2_denorm_scale(uint32_t scale2) {
+  uint32_t out;
+  if constexpr (BF16) {
+    uint32_t p66 = 0x60806080u, p67 = 0x61006100u;
+    __nv_bfloat162 r = __hmul2(__hmul2(*reinterpret_cast<__nv_bfloat162*>(&scale2),
+                                       *reinterpret_cast<__nv_bfloat162*>(&p66)),
+                               *reinterpret_cast<__nv_bfloat162*>(&p67));
+    out = *reinterpret_cast<uint32_t*>(&r);
+  } else {
+    uint32_t p10 = 0x64006400u;
+    __half2 r = __hmul2(__hmul2(*reinterpret_cast<__half2*>(&scale2),
+                                *reinterpret_cast<__half2*>(&p10)),
+                        *reinterpret_cast<__half2*>(&p10));
     out = *reinterpret_cast<uint32_t*>(&r);
   }
   return out;

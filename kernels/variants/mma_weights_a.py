@@ -72,7 +72,7 @@ NAME = "mma_weights_a"
 ROWS = None  # 1..16
 DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0, "stages": 0,
             "l2_prefetch": 128, "x_early": 0, "min_blocks": 0, "bulk": 0, "hi_in_place": 0,
-            "ablate": 0}
+            "denorm": 0, "ablate": 0}
 METAL_SOURCE = None
 HEADER = ""
 CUDA_LAYOUT = "mma_weights_a"
@@ -86,7 +86,8 @@ CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"
                      param_choices=(("prefetch", (0, 1)), ("stages", (0, 2, 3, 4, 5, 6, 8)),
                                     ("l2_prefetch", (128, 256)), ("x_early", (0, 1)),
                                     ("min_blocks", (0, 2, 3, 4, 5, 6)), ("bulk", (0, 1, 2)),
-                                    ("hi_in_place", (0, 1)), ("ablate", (0, 1, 2))),
+                                    ("hi_in_place", (0, 1)), ("denorm", (0, 1)),
+                                    ("ablate", (0, 1, 2))),
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
 

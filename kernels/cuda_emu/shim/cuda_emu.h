@@ -109,7 +109,7 @@ inline float __emu_to_odd(double d) {
   }
   return f;
 }
-// __hfma2 / __hsub2: each half of a pair computed exactly (products and sums of two half-type
+// __hfma2 / __hmul2 / __hsub2: each half of a pair computed exactly (products and sums of two half-type
 // values in double; the terms here lie within double's 53 bits) and rounded once.
 inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
   return {__half(__emu_to_odd(static_cast<double>(float(a.x)) * float(b.x) + float(c.x))),
@@ -118,6 +118,14 @@ inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
 inline __nv_bfloat162 __hfma2(__nv_bfloat162 a, __nv_bfloat162 b, __nv_bfloat162 c) {
   return {__nv_bfloat16(__emu_to_odd(static_cast<double>(float(a.x)) * float(b.x) + float(c.x))),
           __nv_bfloat16(__emu_to_odd(static_cast<double>(float(a.y)) * float(b.y) + float(c.y)))};
+}
+inline __half2 __hmul2(__half2 a, __half2 b) {
+  return {__half(__emu_to_odd(static_cast<double>(float(a.x)) * float(b.x))),
+          __half(__emu_to_odd(static_cast<double>(float(a.y)) * float(b.y)))};
+}
+inline __nv_bfloat162 __hmul2(__nv_bfloat162 a, __nv_bfloat162 b) {
+  return {__nv_bfloat16(__emu_to_odd(static_cast<double>(float(a.x)) * float(b.x))),
+          __nv_bfloat16(__emu_to_odd(static_cast<double>(float(a.y)) * float(b.y)))};
 }
 inline __half2 __hsub2(__half2 a, __half2 b) {
   return {__half(__emu_to_odd(static_cast<double>(float(a.x)) - float(b.x))),
