@@ -258,3 +258,28 @@ def test_the_cluster_adds_the_k_groups_in_the_unclustered_order():
         for order in ("forward", "reverse"):
             y = launch.launch("mma_group_sums", x, qw, {**plain, "cluster": cluster}, order)
             assert (np.array(y.astype(mx.float32)) == 0).all(), (cluster, order)
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_denorm_is_exact_below_its_scale_limit_and_overflows_at_it(dt):
+    """``denorm``'s kernel multiplies each scale by 2^133 (bf16) or 2^20 (fp16): with every
+    scale the largest value below the limit ``kernels.cuda`` keeps it to, its output is the
+    plain path's bit for bit; at the limit itself the scaled scale is infinite and the output
+    is not finite, so the limit is the kernel's own, not a guess."""
+    from kernels.cuda import DENORM_SCALE_LIMIT  # needs no CUDA backend: a table of numbers
+    k, dtype = 1024, DTYPES[dt]
+    limit = DENORM_SCALE_LIMIT[dt]
+    below = limit * (1 - 2.0 ** -(8 if dt == "bfloat16" else 11))  # T's next value down
+    assert mx.array(below).astype(dtype).item() == below < limit
+    base = _case(k, dt)
+    x = _x(8, k, dt)
+    plain = {"n_tile": 32, "k_groups": 2, "unroll": 1}
+    for s, exact in ((below, True), (limit, False)):
+        qw = QWeights(base.wq, mx.full(base.scales.shape, s, dtype), base.biases, 64, 4)
+        y0 = launch.launch("mma_weights_a", x, qw, plain)
+        y = launch.launch("mma_weights_a", x, qw, {**plain, "denorm": 1})
+        assert mx.isfinite(y0).all().item()
+        if exact:
+            assert mx.array_equal(y, y0).item()
+        else:
+            assert not mx.isfinite(y).all().item()

@@ -56,6 +56,17 @@ gate/up's shipped tile: 585 instructions a batch of two K steps against 648 (202
 UTC; not yet timed on a device). bf16's 7-bit mantissa holds a nibble at bits 0-3 only, so bf16
 refuses it.
 
+``denorm`` = 1 takes each nibble pair as two subnormals of the activation type, q x 2^-133 in
+bf16 (the nibble at bits 0-3, exponent field 0) or q x 2^-20 in fp16 (at bits 4-7), against
+the scale times 2^133 or 2^20 (two exact multiplications by powers of two a row and K step):
+the FMA's exact product is scale * q, as in the plain path, and it rounds scale * q + bias
+once, as there, so the output is the plain path's bit for bit, with no magic to subtract (the
+HADD2 of every pair goes: nvcc for sm_90, gate/up's shipped tile, 535 instructions a batch of
+two K steps against 648 in bf16 and 585 with fp16's hi_in_place). The scaled scale must be
+finite: |scale| < 2^-5 (bf16) or 2^-4 (fp16), a property of the weights, not of the tile, so
+``kernels.cuda`` checks it once per weights where it captures the launch and runs the plain
+path on weights that fail it or that it cannot see (a caller's traced weights).
+
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
 
