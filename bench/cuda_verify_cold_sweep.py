@@ -176,7 +176,7 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
         cands.sort(key=lambda c: c[0])
         row["candidates"] = [{"us": u, **p} for u, p in cands]
         us, p = cands[0]
-        custom_c = mx.compile(cv.custom_fn(*launch_of(p)))
+        custom_c = mx.compile(cv.custom_fn(*launch_of(p), cv.denorm_fits(copies)))
         row.update(params=p, custom_eager_us=us,
                    custom_compiled_us=cold_us(
                        lambda x, q, f=custom_c: f(x, q.wq, q.scales, q.biases), x)["us"],

@@ -157,7 +157,8 @@ def _miss(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
     if entry is None:
         lx, w, scales, biases = _operands(name, x, qw, params)
         if not _evaluated(w, scales, biases):  # a caller's traced weights: nothing to keep
-            if lx.denorm:  # scales unseen: the plain path, the same output bit for bit
+            if lx.denorm and not (qw.scales_fit_denorm and scales is qw.scales):
+                # scales unseen and not vouched for: the plain path, the same output bit for bit
                 lx = _operands(name, x, qw, plain_nibbles(params))[0]
             return lx.call(x, w, scales, biases)
         kept = _kept(params)

@@ -274,10 +274,11 @@ def test_denorm_runs_only_on_weights_whose_scaled_scales_stay_finite(standin, dt
     mx.eval(cuda.launch(NAME, _x(dtype=dtype), exact, params))
     assert standin["templates"][-1]["DENORM"] is False  # the limit itself overflows
 
-    def f(x, w, s, b):
-        return cuda.launch(NAME, x, QWeights(w, s, b, GS, 4), params)
-    mx.eval(mx.compile(f)(_x(dtype=dtype), small.wq, small.scales, small.biases))
-    assert standin["templates"][-1]["DENORM"] is False
+    for vouched in (False, True):  # a caller's tracers: only a caller that checked says so
+        def f(x, w, s, b, vouched=vouched):
+            return cuda.launch(NAME, x, QWeights(w, s, b, GS, 4, vouched), params)
+        mx.eval(mx.compile(f)(_x(dtype=dtype), small.wq, small.scales, small.biases))
+        assert standin["templates"][-1]["DENORM"] is vouched
 
 
 def test_lazy_weights_are_evaluated_before_they_are_captured(standin):

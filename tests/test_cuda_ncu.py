@@ -11,6 +11,7 @@ import re
 import sys
 from pathlib import Path
 
+import mlx.core as mx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +25,8 @@ import regen_sm90_table as regen
 import sweep_points as sp
 from cuda_verify_report import ncu_chain_lines
 
-from kernels import cuda_offline
+from kernels import cuda, cuda_offline
+from kernels.qweights import QWeights
 from kernels.variants import VARIANTS
 from kernels.variants.mma_weights_a import DEFAULTS
 
@@ -617,3 +619,29 @@ def test_the_m16_ablated_tiles_are_the_tables_m16_tiles_and_launch_at_m16():
             k, n = cv.SHAPES[op]
             name, p = sp.launch_of(t)
             assert cuda.launch_config(name, 16, k, n, 64, "bfloat16", p).grid > 0
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_benchs_weights_allow_denorm_and_its_compiled_path_says_so(dtype, monkeypatch):
+    """The bench's weights (its own quantization, gate/up's and down's K) have scales well
+    inside ``denorm``'s limit, so its tiles run as such on the device; and the compiled path,
+    whose launch sees only tracers, is told so by the bench's own check of every copy, not
+    left to time the plain path under a denorm tile's name. A copy with one scale at the
+    limit turns the check off."""
+    dt = cv.DTYPES[dtype]
+    for k in (5120, 17408):
+        copies = cv.make_copies(k, 128, dt, 2)
+        assert cv.denorm_fits(copies)
+        limit = cuda.DENORM_SCALE_LIMIT[dtype]
+        worst = max(mx.abs(c.scales).max().item() for c in copies)
+        assert worst < limit / 2, (k, worst)  # room, not a near miss
+    s = copies[0].scales
+    bad = QWeights(copies[0].wq, s.at[0, 0].add(limit - s[0, 0]), copies[0].biases,
+                   cv.GS, cv.BITS)
+    assert not cv.denorm_fits([copies[1], bad])
+    seen = []
+    monkeypatch.setattr(cv.cuda, "launch", lambda name, x, qw, params: seen.append(qw))
+    for fits in (True, False):
+        paths = cv.paths_for("mma_weights_a", {**DEFAULTS, "denorm": 1}, fits)
+        paths["custom_compiled"](mx.zeros((8, 5120), dt), copies[0])
+        assert seen[-1].scales_fit_denorm is fits
