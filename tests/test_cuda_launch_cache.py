@@ -218,22 +218,25 @@ def test_another_dtype_at_the_same_shape_is_not_served_the_first_dtypes_launch(s
     assert len(_entries(qw)) == 2
 
 
-def test_a_launch_inside_a_callers_compile_matches_the_eager_one(standin):
+@pytest.mark.parametrize("params", [PARAMS, {**PARAMS, "denorm": 1}])
+def test_a_launch_inside_a_callers_compile_matches_the_eager_one(standin, params):
     """A caller's ``mx.compile`` gets the kernel call traced into its own graph (MLX calls the
-    captured function's Python body for tracer inputs): same result as eager, for each x."""
+    captured function's Python body for tracer inputs): same result as eager, for each x.
+    With ``denorm``, the first launch checks the captured weights' scales inside that trace."""
     x1, x2 = _x(seed=1), _x(seed=2)
     for eager_first in (True, False):
         qw = _weights()
-        outer = mx.compile(lambda x, qw=qw: cuda.launch(NAME, x, qw, PARAMS) * 2)
+        outer = mx.compile(lambda x, qw=qw: cuda.launch(NAME, x, qw, params) * 2)
         eager = []
         if eager_first:
-            eager = [cuda.launch(NAME, x, qw, PARAMS) for x in (x1, x2)]
+            eager = [cuda.launch(NAME, x, qw, params) for x in (x1, x2)]
         nested = [outer(x) for x in (x1, x2)]
         if not eager_first:
-            eager = [cuda.launch(NAME, x, qw, PARAMS) for x in (x1, x2)]
+            eager = [cuda.launch(NAME, x, qw, params) for x in (x1, x2)]
         for y, z in zip(eager, nested, strict=True):
             assert mx.array_equal(y * 2, z).item()
         assert not mx.array_equal(nested[0], nested[1]).item()  # x2 is not served x1's graph
+        assert {t["DENORM"] for t in standin["templates"]} == {bool(params.get("denorm"))}
         cuda.clear_caches()
 
 
