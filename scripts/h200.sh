@@ -282,7 +282,23 @@
 #   here: the chosen table with a ``hold`` on the sm_90 vocab entries, then
 #     python3 scripts/regen_sm90_table.py --results bench/results/h200/cuda_verify.json
 #     (= candidate_table.json); python -m suites.expected_selections --write (1 row)
-# The next session's plan (~1,200 s):
+# The next session's plan (~1,300 s; 2026-12-05's second session got no machine):
+#   first, here: python scripts/rehearse_h200_plan.py --points denorm --emulate (every denorm
+#     point's body on the CUDA emulator, bit for bit its register twin: ok on 4c23925)
+#   run (carry .whl/p1) stage
+#   run (carry .whl/p2) stage, install, denorm (~330 s: bit-exact check at M=8 and 16, then
+#     ncu alone, both shapes and dtypes, each denorm tile beside its plain self), then
+#     CHOOSE_TABLE=bench/results/h200/candidate_table_on_device.json
+#     NCU_CSVS=/tmp/h200res/ncu_cold_denorm_gate_up.csv,/tmp/h200res/ncu_cold_denorm_down.csv
+#     COLD_SWEEPS=/tmp/h200res/denorm8/cuda_verify_cold_sweep.json,/tmp/h200res/denorm16/\
+#     cuda_verify_cold_sweep.json choose (the denorm tiles against the entries' own; vocab tuned
+#     as in the table below); cp /tmp/h200res/chosen_table.json /tmp/h200res/candidate_table.json
+#   run timeout 400 suites (the chosen table, vocab tuned: goldens recorded where a tile's sums
+#     changed; if they pass, the vocab hold comes out here and the chosen table is committed
+#     with expected_selections --write and the goldens)
+#   run BENCH_TIMEOUT=500 bench --table-rows --ncu --ncu-timeout 150; regen (the chosen table)
+#   with what is left: diagnose (~200 s); HOST_TIMEOUT=150 hostcost.
+# The plan before it (not run: no machine came):
 #   the table to try: bench/results/h200/candidate_table_on_device.json (regen's table of the
 #     04:23 run, vocab selecting mma_weights_a; it differs from the committed table only there
 #     and in its notes); suites/test_parity.py's vocab test now holds a tuned vocab kernel to 2
@@ -524,10 +540,11 @@ case "$cmd" in
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
     # COLD_SWEEPS: the sweeps' JSONs, comma-separated (one per M swept); NCU_CSVS: ncucold's
     # CSVs, comma-separated (one per call: /tmp/h200res/ncu_cold<NCU_TAG>.csv), default this
-    # call's
+    # call's; CHOOSE_TABLE: the table whose gate/up and down tiles are chosen anew (default the
+    # committed one)
     python3 scripts/regen_sm90_table.py --choose-from-ncu "${NCU_CSVS:-$OUT/ncu_cold.csv}" \
       --cold-sweep "${COLD_SWEEPS:-/tmp/h200res/cuda_verify_cold_sweep.json}" \
-      --table kernels/selection_table.json \
+      --table "${CHOOSE_TABLE:-kernels/selection_table.json}" \
       --out /tmp/h200res/chosen_table.json --choice-out /tmp/h200res/tile_choice.json \
       2>&1 | tee "$OUT/choose.log"
     cp "$OUT/ncu_cold.csv" "$OUT/ncu_cold.md" /tmp/h200res/ 2>/dev/null || true

@@ -9,17 +9,23 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import rehearse_h200_plan as rehearsal
 
 
-def test_the_plan_checks_every_point_and_carries_the_fastest_variant_into_the_table(tmp_path):
-    report = rehearsal.rehearse(tmp_path)
-    assert rehearsal.problems(report) == []
+@pytest.mark.parametrize("points,point_m", [("next", 8), ("denorm", 8), ("denorm", 16)])
+def test_the_plan_checks_every_point_and_carries_the_fastest_variant_into_the_table(
+        tmp_path, points, point_m):
+    """The next set (group sums favoured) and the denorm set (its tiles reach ncu as
+    ``--tiles``, beside the entries' own; a denorm tile favoured), at the Ms the plan runs."""
+    report = rehearsal.rehearse(tmp_path, point_m=point_m, points=points)
+    assert rehearsal.problems(report, points) == []
     assert set(report["check_only"]) == {"gate_up/bfloat16", "gate_up/float16",
                                          "down/bfloat16", "down/float16"}
-    assert report["ncu_launches"] > 40
-    assert set(report["launched"].values()) == {rehearsal.FAVOURED}
+    assert report["ncu_launches"] > (40 if points == "next" else 8)
+    assert set(report["launched"].values()) == {rehearsal.FAVOURED_AS[points]}
     assert (tmp_path / "chosen_table.json").exists() and (tmp_path / "ncu_cold.csv").exists()
