@@ -426,7 +426,10 @@ case "$cmd" in
     shift
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
     NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-    sections="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats"
+    # ComputeWorkloadAnalysis: each pipe's use (ALU against FMA/FP16 and the tensor pipe): by
+    # the static counts a weight word's nibbles cost ~8.5 ALU instructions (half-rate LOP3, SHF,
+    # PRMT) against 4-8 on the FP16 pipe (docs/CUDA.md, "denorm")
+    sections="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section ComputeWorkloadAnalysis"
     metrics=dram__bytes_read.sum,lts__t_bytes.sum,sm__warps_active.avg.pct_of_peak_sustained_active
     if [ "${NCU_LIGHT:-0}" = 1 ]; then
       sections=""
