@@ -382,7 +382,7 @@ __device__ __forceinline__ uint32_t dflash2_dequant_pair(uint32_t bits, uint32_t
 // away). ``scale2`` is the scale times 2^133 (bf16) or 2^20 (fp16) (dflash2_denorm_scale), so
 // the FMA's exact product is scale * q, the very product the plain path's FMA forms, and its
 // one rounding of scale * q + bias is the same: the output is the plain path's bit for bit.
-// Valid while the scaled scale is finite: |scale| < 2^-5 (bf16) or <= 65504 / 2^20 (fp16).
+// Valid while the scaled scale is finite: |scale| < 2^-5 (bf16) or < 2^-4 (fp16).
 template <bool BF16>
 __device__ __forceinline__ uint32_t dflash2_dequant_denorm(uint32_t bits, int j,
                                                            uint32_t scale2, uint32_t bias2) {

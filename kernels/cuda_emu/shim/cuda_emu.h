@@ -109,8 +109,8 @@ inline float __emu_to_odd(double d) {
   }
   return f;
 }
-// __hfma2 / __hmul2 / __hsub2: each half of a pair computed exactly (products and sums of two half-type
-// values in double; the terms here lie within double's 53 bits) and rounded once.
+// __hfma2 / __hmul2 / __hsub2: each half of a pair computed exactly (products and sums of two
+// half-type values in double; the terms here lie within double's 53 bits) and rounded once.
 inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) {
   return {__half(__emu_to_odd(static_cast<double>(float(a.x)) * float(b.x) + float(c.x))),
           __half(__emu_to_odd(static_cast<double>(float(a.y)) * float(b.y) + float(c.y)))};
