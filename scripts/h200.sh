@@ -286,8 +286,10 @@
 #   first, here: python scripts/rehearse_h200_plan.py --points denorm --emulate (every denorm
 #     point's body on the CUDA emulator, bit for bit its register twin: ok on 4c23925)
 #   run (carry .whl/p1) stage
-#   run (carry .whl/p2) stage, install, denorm (~330 s: bit-exact check at M=8 and 16, then
-#     ncu alone, both shapes and dtypes, each denorm tile beside its plain self), then
+#   run (carry .whl/p2) stage, install, DENORM_PARTS="check gate_up" denorm (~350 s: the
+#     bit-exact check at M=8 and 16, then gate/up's denorm tiles alone under ncu beside their
+#     plain selves, both dtypes, M=8 and 16; 96 launches at ~1.4 s)
+#   run DENORM_PARTS=down denorm (~170 s), then
 #     CHOOSE_TABLE=bench/results/h200/candidate_table_on_device.json
 #     NCU_CSVS=/tmp/h200res/ncu_cold_denorm_gate_up.csv,/tmp/h200res/ncu_cold_denorm_down.csv
 #     COLD_SWEEPS=/tmp/h200res/denorm8/cuda_verify_cold_sweep.json,/tmp/h200res/denorm16/\
@@ -494,15 +496,21 @@ case "$cmd" in
     # bit against its register twin at M=8 and 16 (the cold sweep's check, no timing), then
     # each shape's denormed tiles alone under ncu beside their plain selves and the committed
     # tile, bf16 and fp16, M=8 and 16 (light metrics; ~300 s in all). One folder of $OUT each.
+    # DENORM_PARTS: which of check, gate_up, down (default all three; ~100 + 2 x ~170 s: give
+    # a call "check gate_up" and the next "down" when the install shares the first call)
     export PYTHONPATH=/tmp/site:$PWD
     tiles() { python3 bench/sweep_points.py tiles "$1"; }
-    SWEEP_OUT=/tmp/h200res/denorm8 BENCH_TIMEOUT=150 bash "$0" coldsweep --check-only \
-      --points denorm --ms 8 --no-ring --no-bulk || echo "denorm: check M=8 rc $?"
-    SWEEP_OUT=/tmp/h200res/denorm16 BENCH_TIMEOUT=150 bash "$0" coldsweep --check-only \
-      --points denorm --point-m 16 --ms 16 --no-ring --no-bulk || echo "denorm: check M=16 rc $?"
+    parts=" ${DENORM_PARTS:-check gate_up down} "
+    if [[ $parts == *" check "* ]]; then
+      SWEEP_OUT=/tmp/h200res/denorm8 BENCH_TIMEOUT=120 bash "$0" coldsweep --check-only \
+        --points denorm --ms 8 --no-ring --no-bulk || echo "denorm: check M=8 rc $?"
+      SWEEP_OUT=/tmp/h200res/denorm16 BENCH_TIMEOUT=120 bash "$0" coldsweep --check-only \
+        --points denorm --point-m 16 --ms 16 --no-ring --no-bulk || echo "denorm: check M=16 rc $?"
+    fi
     for shape in gate_up down; do
+      [[ $parts == *" $shape "* ]] || continue
       mkdir -p "$OUT/denorm_$shape"
-      NCU_LIGHT=1 NCU_TIMEOUT=${NCU_TIMEOUT:-150} NCU_TAG=_denorm_$shape \
+      NCU_LIGHT=1 NCU_TIMEOUT=${NCU_TIMEOUT:-200} NCU_TAG=_denorm_$shape \
         NCU_DTYPES=bfloat16,float16 OUT=$OUT/denorm_$shape bash "$0" ncucold --shapes $shape \
         --ms 8,16 --reps 2 --tiles "$(tiles denorm_$shape)" || echo "denorm: ncu $shape rc $?"
     done
