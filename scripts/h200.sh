@@ -299,7 +299,9 @@
 #     changed; if they pass, the vocab hold comes out here and the chosen table is committed
 #     with expected_selections --write and the goldens)
 #   run BENCH_TIMEOUT=500 bench --table-rows --ncu --ncu-timeout 150; regen (the chosen table)
-#   with what is left: diagnose (~200 s); HOST_TIMEOUT=150 hostcost.
+#   with what is left: diagnose (~200 s); HOST_TIMEOUT=150 hostcost. If choose kept every
+#   gate/up and down tile (denorm no faster alone), the bench would only repeat the 04:23 run's:
+#   run diagnose before it (what the math alone waits on, now with each pipe's use).
 # The plan before it (not run: no machine came):
 #   the table to try: bench/results/h200/candidate_table_on_device.json (regen's table of the
 #     04:23 run, vocab selecting mma_weights_a; it differs from the committed table only there
