@@ -183,14 +183,14 @@ CLUSTERED = {
 # hi_in_place), and the FMA forms the same exact product, so the output is the plain pipeline's
 # bit for bit. On the register tiles the table ships or timed closest to them, at M=8 and 16,
 # and on down beside the group-sums tiles it ships there.
-DN_DENORM = {"denorm": 1}
+DENORM_ON = {"denorm": 1}
 DENORMED = {
-    "gate_up": [(GU, DN_DENORM), ((32, 4, 2, 0, 0), DN_DENORM),
-                ((32, 4, 1, 0, 0, 128, 1), DN_DENORM), ((32, 4, 1, 1, 0), DN_DENORM),
-                ((16, 2, 2, 0, 0), DN_DENORM)],
-    "down": [(DN, DN_DENORM), ((32, 8, 2, 0, 0, 128, 1), DN_DENORM),
-             ((16, 8, 1, 1, 0), DN_DENORM), ((32, 4, 2, 0, 0, 128, 1), DN_DENORM),
-             ((16, 17, 1, 0, 0), DN_DENORM)],
+    "gate_up": [(GU, DENORM_ON), ((32, 4, 2, 0, 0), DENORM_ON),
+                ((32, 4, 1, 0, 0, 128, 1), DENORM_ON), ((32, 4, 1, 1, 0), DENORM_ON),
+                ((16, 2, 2, 0, 0), DENORM_ON)],
+    "down": [(DN, DENORM_ON), ((32, 8, 2, 0, 0, 128, 1), DENORM_ON),
+             ((16, 8, 1, 1, 0), DENORM_ON), ((32, 4, 2, 0, 0, 128, 1), DENORM_ON),
+             ((16, 17, 1, 0, 0), DENORM_ON)],
 }
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
