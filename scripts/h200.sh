@@ -289,7 +289,9 @@
 #   run (carry .whl/p2) stage, install, DENORM_PARTS="check gate_up" denorm (~350 s: the
 #     bit-exact check at M=8 and 16, then gate/up's denorm tiles alone under ncu beside their
 #     plain selves, both dtypes, M=8 and 16; 96 launches at ~1.4 s)
-#   run DENORM_PARTS=down denorm (~170 s), then
+#   run DENORM_PARTS=down denorm (~170 s); DIAGNOSE_PARTS=sections diagnose (~100 s: the
+#     shipped tiles' math alone and loads alone with ncu's stall reasons and each pipe's use,
+#     the question that decides the next lever; first, in case the machine is lost), then
 #     CHOOSE_TABLE=bench/results/h200/candidate_table_on_device.json
 #     NCU_CSVS=/tmp/h200res/ncu_cold_denorm_gate_up.csv,/tmp/h200res/ncu_cold_denorm_down.csv
 #     COLD_SWEEPS=/tmp/h200res/denorm8/cuda_verify_cold_sweep.json,/tmp/h200res/denorm16/\
@@ -299,9 +301,9 @@
 #     changed; if they pass, the vocab hold comes out here and the chosen table is committed
 #     with expected_selections --write and the goldens)
 #   run BENCH_TIMEOUT=500 bench --table-rows --ncu --ncu-timeout 150; regen (the chosen table)
-#   with what is left: diagnose (~200 s); HOST_TIMEOUT=150 hostcost. If choose kept every
-#   gate/up and down tile (denorm no faster alone), the bench would only repeat the 04:23 run's:
-#   run diagnose before it (what the math alone waits on, now with each pipe's use).
+#   with what is left: DIAGNOSE_PARTS="hot ablate ablate16" diagnose; HOST_TIMEOUT=150
+#   hostcost. If choose kept every gate/up and down tile (denorm no faster alone), the bench
+#   would only repeat the 04:23 run's: run those before it.
 # The plan before it (not run: no machine came):
 #   the table to try: bench/results/h200/candidate_table_on_device.json (regen's table of the
 #     04:23 run, vocab selecting mma_weights_a; it differs from the committed table only there
@@ -464,23 +466,25 @@ case "$cmd" in
     # the runs of 2026-12-05 04:08 UTC that refuted the SMs' balance: the balanced gate/up tiles
     # (bench/sweep_points.BALANCED), and the cluster lever's tiles (CLUSTERED), checked bit for
     # bit against their unclustered twins first in a sweep of their own.
+    # DIAGNOSE_PARTS: which of hot, ablate, ablate16, sections (default all four)
     export PYTHONPATH=/tmp/site:$PWD
     tiles() { python3 bench/sweep_points.py tiles "$1"; }
+    parts=" ${DIAGNOSE_PARTS:-hot ablate ablate16 sections} "
     for run in hot ablate ablate16; do mkdir -p "$OUT/$run"; done
-    NCU_LIGHT=1 NCU_CACHE=none NCU_TAG=_hot NCU_DTYPES=bfloat16 OUT=$OUT/hot \
-      bash "$0" ncucold --shapes gate_up --ms 8 --reps 3 || echo "diagnose: hot rc $?"
-    NCU_LIGHT=1 NCU_TAG=_ablate NCU_DTYPES=bfloat16 OUT=$OUT/ablate \
-      bash "$0" ncucold --shapes gate_up,down --ms 8 --reps 2 --tiles "$(tiles ablate)" \
-      || echo "diagnose: ablate rc $?"
-    NCU_LIGHT=1 NCU_TAG=_ablate16 NCU_DTYPES=bfloat16 OUT=$OUT/ablate16 \
-      bash "$0" ncucold --shapes gate_up,down --ms 16 --reps 2 --tiles "$(tiles ablate16)" \
-      || echo "diagnose: ablate16 rc $?"
+    [[ $parts != *" hot "* ]] || NCU_LIGHT=1 NCU_CACHE=none NCU_TAG=_hot NCU_DTYPES=bfloat16 \
+      OUT=$OUT/hot bash "$0" ncucold --shapes gate_up --ms 8 --reps 3 || echo "diagnose: hot rc $?"
+    [[ $parts != *" ablate "* ]] || NCU_LIGHT=1 NCU_TAG=_ablate NCU_DTYPES=bfloat16 \
+      OUT=$OUT/ablate bash "$0" ncucold --shapes gate_up,down --ms 8 --reps 2 \
+      --tiles "$(tiles ablate)" || echo "diagnose: ablate rc $?"
+    [[ $parts != *" ablate16 "* ]] || NCU_LIGHT=1 NCU_TAG=_ablate16 NCU_DTYPES=bfloat16 \
+      OUT=$OUT/ablate16 bash "$0" ncucold --shapes gate_up,down --ms 16 --reps 2 \
+      --tiles "$(tiles ablate16)" || echo "diagnose: ablate16 rc $?"
     # the same M=8 launches once more with ncu's sections (warp stall reasons, occupancy,
-    # throughput breakdown; several replays a launch): what a warp of the math alone waits on
+    # each pipe's use; several replays a launch): what a warp of the math alone waits on
     mkdir -p "$OUT/ablate_sections"
-    NCU_TIMEOUT=200 NCU_TAG=_ablate_sections NCU_DTYPES=bfloat16 OUT=$OUT/ablate_sections \
-      bash "$0" ncucold --shapes gate_up,down --ms 8 --reps 1 --tiles "$(tiles ablate)" \
-      || echo "diagnose: ablate sections rc $?"
+    [[ $parts != *" sections "* ]] || NCU_TIMEOUT=200 NCU_TAG=_ablate_sections \
+      NCU_DTYPES=bfloat16 OUT=$OUT/ablate_sections bash "$0" ncucold --shapes gate_up,down \
+      --ms 8 --reps 1 --tiles "$(tiles ablate)" || echo "diagnose: ablate sections rc $?"
     if [ "${DIAGNOSE_MORE:-0}" = 1 ]; then
       mkdir -p "$OUT/balanced" "$OUT/cluster"
       NCU_LIGHT=1 NCU_TAG=_balanced NCU_DTYPES=bfloat16,float16 OUT=$OUT/balanced \
