@@ -1,0 +1,76 @@
+"""scripts/h200.sh's ``denorm`` and ``diagnose`` run the parts a call names (DENORM_PARTS,
+DIAGNOSE_PARTS), so a plan can split them over calls of at most 600 s. Run here with
+``python3`` and ``ncu`` stood in by scripts that log their arguments (the device's are real):
+what is checked is the shell's choice of steps, not a measurement. ``bench/sweep_points.py
+tiles`` runs for real (the tiles ncu is given)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG_STUB = """#!/bin/sh
+echo "$(basename "$0") $*" >> "$STUB_LOG"
+case "$*" in *"sweep_points.py tiles"*) exec "$REAL_PYTHON" "$@";; esac
+exit 0
+"""
+
+
+def _run(tmp_path: Path, cmd: str, env: dict) -> list[str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name in ("python3", "ncu"):
+        stub = bin_dir / name
+        stub.write_text(LOG_STUB)
+        stub.chmod(0o755)
+    log = tmp_path / "log"
+    log.write_text("")
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    full = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "STUB_LOG": str(log),
+            "REAL_PYTHON": sys.executable, "OUT": str(out), **env}
+    r = subprocess.run(["bash", "scripts/h200.sh", cmd], cwd=ROOT, env=full,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return [ln for ln in log.read_text().splitlines() if "sweep_points.py tiles" not in ln]
+
+
+def _steps(lines: list[str]) -> list[str]:
+    """Each logged step as what it ran: a check sweep at its M, or ncu on its shapes."""
+    steps = []
+    for ln in lines:
+        if "cuda_verify_cold_sweep.py" in ln and "--check-only" in ln:
+            steps.append("check " + ("16" if "--point-m 16" in ln else "8"))
+        elif ln.startswith("ncu ") and "--shapes" in ln:
+            steps.append("ncu " + ln.split("--shapes ", 1)[1].split()[0])
+    return steps
+
+
+@pytest.mark.parametrize("parts,want", [
+    (None, ["check 8", "check 16", "ncu gate_up", "ncu down"]),
+    ("check gate_up", ["check 8", "check 16", "ncu gate_up"]),
+    ("down", ["ncu down"])])
+def test_denorm_runs_the_parts_it_is_given(tmp_path, parts, want):
+    env = {} if parts is None else {"DENORM_PARTS": parts}
+    lines = _run(tmp_path, "denorm", env)
+    assert _steps(lines) == want
+    ncu = [ln for ln in lines if ln.startswith("ncu ")]
+    assert all("'denorm': 1" not in ln for ln in ncu)  # JSON tiles, not Python reprs
+    assert all('"denorm": 1' in ln and '"denorm": 0' in ln for ln in ncu)  # beside its twin
+
+
+@pytest.mark.parametrize("parts,want", [
+    ("sections", 1), ("hot ablate", 2), (None, 4)])
+def test_diagnose_runs_the_parts_it_is_given(tmp_path, parts, want):
+    env = {} if parts is None else {"DIAGNOSE_PARTS": parts}
+    lines = _run(tmp_path, "diagnose", env)
+    ncu = [ln for ln in lines if ln.startswith("ncu ")]
+    assert len(ncu) == want
+    sections = [ln for ln in ncu if "--section WarpStateStats" in ln]
+    assert len(sections) == (1 if parts in (None, "sections") else 0)
+    assert all("--section ComputeWorkloadAnalysis" in ln for ln in sections)
