@@ -35,7 +35,7 @@ def _run(tmp_path: Path, cmd: str, env: dict) -> list[str]:
     full = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "STUB_LOG": str(log),
             "REAL_PYTHON": sys.executable, "OUT": str(out), **env}
     r = subprocess.run(["bash", "scripts/h200.sh", cmd], cwd=ROOT, env=full,
-                       capture_output=True, text=True, timeout=120)
+                       capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
     return [ln for ln in log.read_text().splitlines() if "sweep_points.py tiles" not in ln]
 
