@@ -82,7 +82,7 @@ def _print_row(row: dict) -> None:
                       for kk, v in row.items()}), flush=True)
 
 
-def check_shape(op: str, dt_name: str, point_m: int = 8) -> dict:
+def check_shape(op: str, dt_name: str, point_m: int = 8, points: list | None = None) -> dict:
     """``--check-only``: every point checked as the sweep checks it, none timed. The choice
     takes each tile's time from ncu alone (``--choose-from-ncu``), never from the sweep's
     batches, so a device session can check the whole set in the time the timed sweep spends
@@ -95,7 +95,7 @@ def check_shape(op: str, dt_name: str, point_m: int = 8) -> dict:
     entry = {"K": k, "N": n, "dtype": dt_name, "point_m": point_m, "check_only": True,
              "points": [], "final": []}
     register_out: dict = {}
-    for pt in POINTS[op]:
+    for pt in POINTS[op] if points is None else points:
         entry["points"].append(check_point(as_params(pt), x, one, ys, register_out))
         _print_row(entry["points"][-1])
     return entry
@@ -103,7 +103,7 @@ def check_shape(op: str, dt_name: str, point_m: int = 8) -> dict:
 
 def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
                 budget_s: float, final_ms: list[int], chain: bool = False,
-                point_m: int = 8) -> dict:
+                point_m: int = 8, points: list | None = None) -> dict:
     """``point_m``: the M every tile is checked and timed at (the selection table has an entry
     per M, and the tile that serves M=8 best need not serve M=16 best). ``budget_s``: for the
     points, counted once the weight copies are made and stock is timed (a budget that started
@@ -138,7 +138,7 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
           f"{floor_us(point_m):.1f} us", flush=True)
     deadline = time.perf_counter() + budget_s
     register_out = {}
-    for pt in POINTS[op]:
+    for pt in POINTS[op] if points is None else points:
         if time.perf_counter() > deadline:
             entry["points"].append({**as_params(pt), "skipped": "time budget"})
             continue
@@ -339,13 +339,12 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=96)
     ap.add_argument("--reps", type=int, default=7)
     args = ap.parse_args(argv)
-    if args.points != "next":
-        POINTS.clear()
-        POINTS.update(sp.SETS[args.points])
     if args.smoke or args.smoke_bulk:
         return smoke(sp.BULK_SMOKE if args.smoke_bulk else sp.RING_SMOKE)
-    for op, pts in list(POINTS.items()):
-        POINTS[op] = selected(pts, args.no_ring, args.no_bulk)
+    # the run's points, its own (a set named by --points, less what --no-ring / --no-bulk
+    # leave out): the module's sets stay as they are for whatever runs next in the process
+    points = {op: selected(pts, args.no_ring, args.no_bulk)
+              for op, pts in sp.SETS[args.points].items()}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -360,7 +359,7 @@ def main(argv=None) -> int:
         res["shapes"] = {}
         for op in args.shapes.split(","):
             for dt in args.dtypes.split(","):
-                res["shapes"][f"{op}/{dt}"] = check_shape(op, dt, args.point_m)
+                res["shapes"][f"{op}/{dt}"] = check_shape(op, dt, args.point_m, points[op])
                 (out / "cuda_verify_cold_sweep.json").write_text(json.dumps(res, indent=1))
                 (out / "cuda_verify_cold_sweep.md").write_text(render(res))
         print(render(res))
@@ -382,7 +381,8 @@ def main(argv=None) -> int:
         left = args.budget_s - (time.perf_counter() - t0)
         share = max(5.0, left / (len(pairs) - i)) * 0.6
         res["shapes"][f"{op}/{dt}"] = sweep_shape(op, dt, ceiling, args.batch, args.reps,
-                                                  share, ms, args.chain, args.point_m)
+                                                  share, ms, args.chain, args.point_m,
+                                                  points[op])
         (out / "cuda_verify_cold_sweep.json").write_text(json.dumps(res, indent=1))
         (out / "cuda_verify_cold_sweep.md").write_text(render(res))
         print(f"elapsed {time.perf_counter() - t0:.0f} s", flush=True)

@@ -42,6 +42,7 @@ NAME = sp.NAME
 SMS = 132  # the H200's SMs, for the waves a grid takes
 REGS_PER_SM, MAX_WARPS, MAX_BLOCKS = 65536, 64, 32
 SMEM_PER_SM, SMEM_RESERVED = 228 * 1024, 1024
+NIBBLE_MASKS = ("0xf000f", "0xf000f0")
 NIBBLE_SHIFTS = ("0x4", "0x8", "0xc")
 
 
@@ -61,7 +62,11 @@ def classify(instruction: str) -> str:
         return "dequant"
     if op == "LOP3" and len(args) > 4 and args[4] == "0xea":
         return "dequant"
-    if op in ("HADD2", "HFMA2"):
+    # denorm: the nibble mask alone (an AND: LUT 0xc0), and the scale's power of two (fp16's
+    # q << 4 is an IMAD.SHL, which the lane's address arithmetic also is: counted as other)
+    if op == "LOP3" and len(args) > 4 and args[4] == "0xc0" and args[2] in NIBBLE_MASKS:
+        return "dequant"
+    if op in ("HADD2", "HFMA2", "HMUL2"):
         return "dequant"
     if op == "HMMA":
         return "mma"
@@ -125,7 +130,7 @@ def run(ms: list[int], dtypes=("bfloat16", "float16"), points=None) -> dict:
 
 SHORT = {"n_tile": "n", "k_groups": "kg", "unroll": "u", "prefetch": "pf", "stages": "st",
          "x_early": "xe", "bulk": "bulk", "hi_in_place": "hi", "min_blocks": "mb",
-         "late_scales": "ls"}
+         "late_scales": "ls", "denorm": "dn"}
 
 
 def tile_label(p: dict) -> str:
@@ -140,7 +145,9 @@ def tile_label(p: dict) -> str:
 
 
 def render(data: dict) -> str:
-    out = [f"# Static SASS of the next sweep's tiles ({data['arch']}, {data['nvcc']})", "",
+    which = data.get("points", "next")
+    title = "the next sweep's tiles" if which == "next" else f"the {which} set's tiles"
+    out = [f"# Static SASS of {title} ({data['arch']}, {data['nvcc']})", "",
            ("Per warp and K step of 128 in the innermost loop that issues the mma (static "
             "counts, not executed totals); blocks an SM by sm_90's limits. "
             "`bench/sass_static.py`."), "",
@@ -169,12 +176,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "sass_static.json"))
     ap.add_argument("--ms", default="8,16", help="rows M, comma-separated")
+    ap.add_argument("--points", default="next", choices=tuple(sp.SETS),
+                    help="the set of tiles (bench/sweep_points.SETS); the denorm set's tiles "
+                         "each beside their plain selves")
     args = ap.parse_args(argv)
     if cuda_offline.nvcc() is None or cuda_offline.nvdisasm() is None:
         print("sass_static: needs nvcc and nvdisasm (pip install nvidia-cuda-nvdisasm)",
               file=sys.stderr)
         return 2
-    data = run([int(v) for v in args.ms.split(",")])
+    points = sp.SETS[args.points]
+    if args.points == "denorm":  # each denorm tile beside its plain self, as ncu times them
+        points = {op: [pt for p in pts for pt in (p, (p[0], {**p[1], "denorm": 0}))]
+                  for op, pts in points.items()}
+    data = {**run([int(v) for v in args.ms.split(",")], points=points), "points": args.points}
     out = Path(args.out)
     out.write_text(json.dumps(data, indent=1) + "\n")
     md = render(data)

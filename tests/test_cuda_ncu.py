@@ -506,13 +506,19 @@ def test_the_static_sass_report_counts_the_loop_and_its_table_is_its_json():
     """bench/sass_static.py on three tiles, and the committed report rendered from its JSON: the
     shipped gate/up tile issues 240 dequantization instructions a K step (64 pairs x 3.75) in
     bf16, 208 with fp16's ``hi_in_place``, and 16 mma; bf16 refuses ``hi_in_place``; the
-    prefetched tile issues no more than the plain one but a few loop instructions."""
+    prefetched tile issues no more than the plain one but a few loop instructions; ``denorm``
+    takes the HADD2 out (64 a K step) and adds two HMUL2 a row's scale (8)."""
     import sass_static as ss
 
     gu, pf = (32, 4, 2, 0, 0, 128, 1), (32, 4, 1, 1, 0, 128, 1)
-    data = ss.run([8], points={"gate_up": [gu, (gu, {"hi_in_place": 1}), pf], "down": []})
+    data = ss.run([8], points={"gate_up": [gu, (gu, {"hi_in_place": 1}), pf,
+                                           (gu, {"denorm": 1})], "down": []})
     rows = {(r["dtype"], bool(r["params"].get("hi_in_place"))): r for r in data["rows"]
-            if not r["params"]["prefetch"]}
+            if not r["params"]["prefetch"] and not r["params"].get("denorm")}
+    # denorm: no HADD2 (64 a K step), two HMUL2 a row's scale (8), the rest as it was
+    (dn,) = (r for r in data["rows"] if r["params"].get("denorm") and r["dtype"] == "bfloat16")
+    assert dn["per_k_step"]["dequant"] == rows[("bfloat16", False)]["per_k_step"]["dequant"] - 56
+    assert dn["per_k_step"]["mma"] == 16
     # the prefetched batches take turns: copying the next into the current was ~37 moves more
     prefetched = next(r for r in data["rows"] if r["params"]["prefetch"])
     assert prefetched["per_k_step"]["other"] < rows[("bfloat16", False)]["per_k_step"]["other"] + 8
