@@ -289,8 +289,9 @@
 #   run (carry .whl/p2) stage, install, DENORM_PARTS="check gate_up" denorm (~350 s: the
 #     bit-exact check at M=8 and 16, then gate/up's denorm tiles alone under ncu beside their
 #     plain selves, both dtypes, M=8 and 16; 96 launches at ~1.4 s)
-#   run DENORM_PARTS=down denorm (~170 s); DIAGNOSE_PARTS=sections diagnose (~100 s: the
-#     shipped tiles' math alone and loads alone with ncu's stall reasons and each pipe's use,
+#   run DENORM_PARTS=down denorm (~170 s); DIAGNOSE_PARTS=sections diagnose (~160 s: the
+#     shipped tiles' math alone and loads alone: each pipe's use, and the stall samples of each
+#     instruction (sass, sass_stalls.py),
 #     the question that decides the next lever; first, in case the machine is lost), then
 #     CHOOSE_TABLE=bench/results/h200/candidate_table_on_device.json
 #     NCU_CSVS=/tmp/h200res/ncu_cold_denorm_gate_up.csv,/tmp/h200res/ncu_cold_denorm_down.csv
@@ -479,12 +480,21 @@ case "$cmd" in
     [[ $parts != *" ablate16 "* ]] || NCU_LIGHT=1 NCU_TAG=_ablate16 NCU_DTYPES=bfloat16 \
       OUT=$OUT/ablate16 bash "$0" ncucold --shapes gate_up,down --ms 16 --reps 2 \
       --tiles "$(tiles ablate16)" || echo "diagnose: ablate16 rc $?"
-    # the same M=8 launches once more with ncu's sections (warp stall reasons, occupancy,
-    # each pipe's use; several replays a launch): what a warp of the math alone waits on
-    mkdir -p "$OUT/ablate_sections"
-    [[ $parts != *" sections "* ]] || NCU_TIMEOUT=200 NCU_TAG=_ablate_sections \
-      NCU_DTYPES=bfloat16 OUT=$OUT/ablate_sections bash "$0" ncucold --shapes gate_up,down \
-      --ms 8 --reps 1 --tiles "$(tiles ablate)" || echo "diagnose: ablate sections rc $?"
+    # the same M=8 launches once more with ncu's sections (occupancy, each pipe's use; several
+    # replays a launch), and with its source counters: the warp-stall samples of each
+    # instruction (`sass`, as bench/results/h200/sass_shipped_tiles.md had them for the whole
+    # kernel; the sections' CSV holds no stall breakdown), summed by opcode: what a warp of the
+    # math alone waits on, and on which instruction
+    mkdir -p "$OUT/ablate_sections" "$OUT/ablate_sass"
+    if [[ $parts == *" sections "* ]]; then
+      NCU_TIMEOUT=200 NCU_TAG=_ablate_sections NCU_DTYPES=bfloat16 OUT=$OUT/ablate_sections \
+        bash "$0" ncucold --shapes gate_up,down --ms 8 --reps 1 --tiles "$(tiles ablate)" \
+        || echo "diagnose: ablate sections rc $?"
+      NCU_TIMEOUT=150 OUT=$OUT/ablate_sass bash "$0" sass --shapes gate_up,down \
+        --dtypes bfloat16 --ms 8 --tiles "$(tiles ablate)" || echo "diagnose: ablate sass rc $?"
+      python3 bench/sass_stalls.py "$OUT/ablate_sass/sass_source.csv" \
+        > "$OUT/ablate_sass/sass.md" 2>&1 || echo "diagnose: sass_stalls rc $?"
+    fi
     if [ "${DIAGNOSE_MORE:-0}" = 1 ]; then
       mkdir -p "$OUT/balanced" "$OUT/cluster"
       NCU_LIGHT=1 NCU_TAG=_balanced NCU_DTYPES=bfloat16,float16 OUT=$OUT/balanced \

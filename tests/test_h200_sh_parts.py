@@ -65,12 +65,13 @@ def test_denorm_runs_the_parts_it_is_given(tmp_path, parts, want):
 
 
 @pytest.mark.parametrize("parts,want", [
-    ("sections", 1), ("hot ablate", 2), (None, 4)])
+    ("sections", 2), ("hot ablate", 2), (None, 5)])
 def test_diagnose_runs_the_parts_it_is_given(tmp_path, parts, want):
     env = {} if parts is None else {"DIAGNOSE_PARTS": parts}
     lines = _run(tmp_path, "diagnose", env)
-    ncu = [ln for ln in lines if ln.startswith("ncu ")]
+    ncu = [ln for ln in lines if ln.startswith("ncu --clock-control")]  # profiling runs
     assert len(ncu) == want
-    sections = [ln for ln in ncu if "--section WarpStateStats" in ln]
-    assert len(sections) == (1 if parts in (None, "sections") else 0)
-    assert all("--section ComputeWorkloadAnalysis" in ln for ln in sections)
+    sections = [ln for ln in ncu if "--section ComputeWorkloadAnalysis" in ln]
+    sampled = [ln for ln in ncu if "--section SourceCounters" in ln]
+    assert len(sections) == len(sampled) == (1 if parts in (None, "sections") else 0)
+    assert all('"ablate": 2' in ln for ln in sections + sampled)  # the math alone among them
