@@ -552,11 +552,13 @@ case "$cmd" in
     export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
     NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     rm -f /tmp/h200res/sass.ncu-rep; mkdir -p /tmp/h200res
+    args=("$@")  # quoted: a --tiles JSON is one argument
+    [ ${#args[@]} -gt 0 ] || args=(--shapes gate_up --dtypes bfloat16 --ms 8,16)
     timeout "${NCU_TIMEOUT:-150}" "$NCU" --clock-control none --cache-control all \
       -k regex:dflash2 --section SourceCounters --section WarpStateStats \
       --section LaunchStats --section Occupancy --import-source no \
       -o /tmp/h200res/sass python3 bench/cuda_verify_ncu.py --reps 1 \
-      ${@:---shapes gate_up --dtypes bfloat16 --ms 8,16} > "$OUT/sass.log" 2>&1 || echo "ncu rc $?"
+      "${args[@]}" > "$OUT/sass.log" 2>&1 || echo "ncu rc $?"
     "$NCU" --import /tmp/h200res/sass.ncu-rep --csv > "$OUT/sass.csv" 2>&1 || true
     "$NCU" --import /tmp/h200res/sass.ncu-rep --page source --print-source sass --csv \
       > "$OUT/sass_source.csv" 2> "$OUT/sass_source.err" || true

@@ -6,6 +6,7 @@ tiles`` runs for real (the tiles ncu is given)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,8 +16,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG_STUB = """#!/bin/sh
-echo "$(basename "$0") $*" >> "$STUB_LOG"
-case "$*" in *"sweep_points.py tiles"*) exec "$REAL_PYTHON" "$@";; esac
+IFS="$(printf '\\t')"  # arguments logged tab-separated: one JSON stays one argument
+echo "$(basename "$0")	$*" >> "$STUB_LOG"
+case "$*" in *sweep_points.py*) exec "$REAL_PYTHON" "$@";; esac
 exit 0
 """
 
@@ -37,13 +39,17 @@ def _run(tmp_path: Path, cmd: str, env: dict) -> list[str]:
     r = subprocess.run(["bash", "scripts/h200.sh", cmd], cwd=ROOT, env=full,
                        capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
-    return [ln for ln in log.read_text().splitlines() if "sweep_points.py tiles" not in ln]
+    return [ln for ln in log.read_text().splitlines() if "sweep_points.py" not in ln]
+
+
+def _flat(ln: str) -> str:
+    return ln.replace("\t", " ")
 
 
 def _steps(lines: list[str]) -> list[str]:
     """Each logged step as what it ran: a check sweep at its M, or ncu on its shapes."""
     steps = []
-    for ln in lines:
+    for ln in map(_flat, lines):
         if "cuda_verify_cold_sweep.py" in ln and "--check-only" in ln:
             steps.append("check " + ("16" if "--point-m 16" in ln else "8"))
         elif ln.startswith("ncu ") and "--shapes" in ln:
@@ -59,7 +65,7 @@ def test_denorm_runs_the_parts_it_is_given(tmp_path, parts, want):
     env = {} if parts is None else {"DENORM_PARTS": parts}
     lines = _run(tmp_path, "denorm", env)
     assert _steps(lines) == want
-    ncu = [ln for ln in lines if ln.startswith("ncu ")]
+    ncu = [_flat(ln) for ln in lines if ln.startswith("ncu\t")]
     assert all("'denorm': 1" not in ln for ln in ncu)  # JSON tiles, not Python reprs
     assert all('"denorm": 1' in ln and '"denorm": 0' in ln for ln in ncu)  # beside its twin
 
@@ -69,9 +75,12 @@ def test_denorm_runs_the_parts_it_is_given(tmp_path, parts, want):
 def test_diagnose_runs_the_parts_it_is_given(tmp_path, parts, want):
     env = {} if parts is None else {"DIAGNOSE_PARTS": parts}
     lines = _run(tmp_path, "diagnose", env)
-    ncu = [ln for ln in lines if ln.startswith("ncu --clock-control")]  # profiling runs
+    ncu = [ln for ln in lines if ln.startswith("ncu\t--clock-control")]  # profiling runs
     assert len(ncu) == want
-    sections = [ln for ln in ncu if "--section ComputeWorkloadAnalysis" in ln]
-    sampled = [ln for ln in ncu if "--section SourceCounters" in ln]
+    sections = [ln for ln in ncu if "--section\tComputeWorkloadAnalysis" in ln]
+    sampled = [ln for ln in ncu if "--section\tSourceCounters" in ln]
     assert len(sections) == len(sampled) == (1 if parts in (None, "sections") else 0)
-    assert all('"ablate": 2' in ln for ln in sections + sampled)  # the math alone among them
+    for ln in sections + sampled:  # the tiles arrive as one JSON argument, the math alone in it
+        words = ln.split("\t")
+        tiles = json.loads(words[words.index("--tiles") + 1])
+        assert {"ablate": 2}.items() <= tiles[1].items()
