@@ -178,18 +178,17 @@ CLUSTERED = {
 }
 # Added 2026-12-05 06:00 UTC: mma_weights_a's ``denorm`` lever, q taken as a subnormal of the
 # activation type against the scale times 2^133 (bf16) or 2^20 (fp16), so no magic is
-# subtracted: the HADD2 of every nibble pair goes (nvcc for sm_90, gate/up's shipped tile: 535
+# subtracted: the HADD2 of every nibble pair goes (nvcc for sm_90, gate/up's shipped tile: 527
 # instructions a batch of two K steps against 648 in bf16, against 585 with fp16's
 # hi_in_place), and the FMA forms the same exact product, so the output is the plain pipeline's
 # bit for bit. On the register tiles the table ships or timed closest to them, at M=8 and 16,
-# and on down beside the group-sums tiles it ships there. nvcc gives gate/up's shipped M=8 tile
-# 94 registers with denorm against 80 without (bench/results/sass_static_denorm.md: 5 blocks an
-# SM against 6; MLX's build gave the plain tile 92 on the device), so that tile also runs held
-# to 5 blocks an SM (min_blocks, which leaves the arithmetic as it is).
+# and on down beside the group-sums tiles it ships there. The scaled scale pair is made where
+# the scale is loaded, so a batch holds it alone: nvcc gives gate/up's shipped M=8 tile 80
+# registers with denorm, as without (94 when it was made at each step's math;
+# bench/results/sass_static_denorm.md).
 DENORM_ON = {"denorm": 1}
 DENORMED = {
     "gate_up": [(GU, DENORM_ON), ((32, 4, 2, 0, 0), DENORM_ON),
-                ((32, 4, 2, 0, 0), {**DENORM_ON, "min_blocks": 5}),
                 ((32, 4, 1, 0, 0, 128, 1), DENORM_ON), ((32, 4, 1, 1, 0), DENORM_ON),
                 ((16, 2, 2, 0, 0), DENORM_ON)],
     "down": [(DN, DENORM_ON), ((32, 8, 2, 0, 0, 128, 1), DENORM_ON),

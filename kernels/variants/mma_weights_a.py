@@ -61,7 +61,7 @@ bf16 (the nibble at bits 0-3, exponent field 0) or q x 2^-20 in fp16 (at bits 4-
 the scale times 2^133 or 2^20 (two exact multiplications by powers of two a row and K step):
 the FMA's exact product is scale * q, as in the plain path, and it rounds scale * q + bias
 once, as there, so the output is the plain path's bit for bit, with no magic to subtract (the
-HADD2 of every pair goes: nvcc for sm_90, gate/up's shipped tile, 535 instructions a batch of
+HADD2 of every pair goes: nvcc for sm_90, gate/up's shipped tile, 527 instructions a batch of
 two K steps against 648 in bf16 and 585 with fp16's hi_in_place). The scaled scale must be
 finite: |scale| < 2^-5 (bf16) or 2^-4 (fp16), a property of the weights, not of the tile, so
 ``kernels.cuda`` checks it once per weights where it captures the launch and runs the plain
