@@ -300,10 +300,11 @@ def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
         return [as_params(pt) for pt in BALANCED]
     if kind == "cluster":
         return [as_params(pt) for pts in CLUSTERED.values() for pt in pts]
-    if kind.startswith("denorm_") and kind[len("denorm_"):] in DENORMED:
+    shape = kind.removeprefix("denorm_")
+    if shape != kind and shape in DENORMED:
         # a shape's denormed tiles, each beside its plain self (the same run's baseline)
         out = []
-        for pt in DENORMED[kind[len("denorm_"):]]:
+        for pt in DENORMED[shape]:
             p = as_params(pt)
             out += [p, {**p, "denorm": 0}]
         return out

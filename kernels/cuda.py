@@ -156,18 +156,17 @@ def _miss(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
     entry = qw.kernel_memo.get(full)
     if entry is None:
         lx, w, scales, biases = _operands(name, x, qw, params)
-        if not _evaluated(w, scales, biases):  # a caller's traced weights: nothing to keep
-            if lx.denorm and not (qw.scales_fit_denorm and scales is qw.scales):
-                # scales unseen and not vouched for: the plain path, the same output bit for bit
-                lx = _operands(name, x, qw, plain_nibbles(params))[0]
-            return lx.call(x, w, scales, biases)
-        kept = _kept(params)
-        runs = params  # what the launches run: the plain path where denorm may not
-        if lx.denorm and not denorm_fits(scales):
+        traced = not _evaluated(w, scales, biases)  # a caller's traced weights: nothing kept
+        runs = params  # what the launches run: the plain path where denorm may not (the same
+        # output bit for bit): scales over its limit, or unseen and not vouched for
+        if lx.denorm and not (qw.scales_fit_denorm and scales is qw.scales if traced
+                              else denorm_fits(scales)):
             runs = plain_nibbles(params)
             lx = _operands(name, x, qw, runs)[0]  # the same operands: denorm moves nothing
+        if traced:
+            return lx.call(x, w, scales, biases)
         fn = _captured(name, qw, runs, x.dtype, lx, (w, scales, biases))
-        entry = (kept, x.dtype, fn)
+        entry = (_kept(params), x.dtype, fn)
     y = entry[2](x)  # traced before it is kept: a failed trace leaves no entry behind
     qw.kernel_memo[full] = qw.kernel_memo[name] = entry
     return y

@@ -347,6 +347,29 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
 """ + C_TILE_SUMS
 CUDA_HEADER = (_CUDA_HEADER + MMA_HEADER + NIBBLE_HEADER + CP_ASYNC_HEADER + BULK_HEADER
                + r"""
+// Packed pairs of the activation type in 32-bit words: a * b + c, a - b and a * b, each half
+// rounded once (the half2 intrinsics, the casts to their types in one place).
+template <bool BF16> struct dflash2_half2 { using T = __half2; };
+template <> struct dflash2_half2<true> { using T = __nv_bfloat162; };
+template <bool BF16>
+__device__ __forceinline__ uint32_t dflash2_fma2(uint32_t a, uint32_t b, uint32_t c) {
+  using H2 = typename dflash2_half2<BF16>::T;
+  H2 r = __hfma2(*reinterpret_cast<H2*>(&a), *reinterpret_cast<H2*>(&b),
+                 *reinterpret_cast<H2*>(&c));
+  return *reinterpret_cast<uint32_t*>(&r);
+}
+template <bool BF16>
+__device__ __forceinline__ uint32_t dflash2_sub2(uint32_t a, uint32_t b) {
+  using H2 = typename dflash2_half2<BF16>::T;
+  H2 r = __hsub2(*reinterpret_cast<H2*>(&a), *reinterpret_cast<H2*>(&b));
+  return *reinterpret_cast<uint32_t*>(&r);
+}
+template <bool BF16>
+__device__ __forceinline__ uint32_t dflash2_mul2(uint32_t a, uint32_t b) {
+  using H2 = typename dflash2_half2<BF16>::T;
+  H2 r = __hmul2(*reinterpret_cast<H2*>(&a), *reinterpret_cast<H2*>(&b));
+  return *reinterpret_cast<uint32_t*>(&r);
+}
 // Nibbles 0 and 4 of ``bits`` as two dequantized activation-type values, low and high:
 // OR-ing a nibble into the mantissa of 1024 (fp16) or 128 (bf16) gives 1024 + q or 128 + q
 // exactly, the subtraction is exact, and the FMA rounds scale * q + bias once. HIGH (fp16
@@ -359,22 +382,9 @@ __device__ __forceinline__ uint32_t dflash2_dequant_pair(uint32_t bits, uint32_t
                                                          uint32_t bias2) {
   static_assert(!(BF16 && HIGH), "a bf16 mantissa holds a nibble at bits 0-3 only");
   constexpr uint32_t MAGIC = BF16 ? 0x43004300u : HIGH ? 0x54005400u : 0x64006400u;
-  uint32_t magic = MAGIC, out;
+  uint32_t magic = MAGIC;
   uint32_t v = dflash2_or_magic<HIGH ? 0x00F000F0u : 0x000F000Fu>(bits, magic);
-  if constexpr (BF16) {
-    __nv_bfloat162 r = __hfma2(__hsub2(*reinterpret_cast<__nv_bfloat162*>(&v),
-                                       *reinterpret_cast<__nv_bfloat162*>(&magic)),
-                               *reinterpret_cast<__nv_bfloat162*>(&scale2),
-                               *reinterpret_cast<__nv_bfloat162*>(&bias2));
-    out = *reinterpret_cast<uint32_t*>(&r);
-  } else {
-    __half2 r = __hfma2(__hsub2(*reinterpret_cast<__half2*>(&v),
-                                *reinterpret_cast<__half2*>(&magic)),
-                        *reinterpret_cast<__half2*>(&scale2),
-                        *reinterpret_cast<__half2*>(&bias2));
-    out = *reinterpret_cast<uint32_t*>(&r);
-  }
-  return out;
+  return dflash2_fma2<BF16>(dflash2_sub2<BF16>(v, magic), scale2, bias2);
 }
 // DENORM: nibble pair J ((0, 4), (1, 5), (2, 6), (3, 7)) of ``bits`` taken as two subnormals
 // of the activation type, with no magic and no subtraction: in bf16 at bits 0-3 of each half,
@@ -386,43 +396,15 @@ __device__ __forceinline__ uint32_t dflash2_dequant_pair(uint32_t bits, uint32_t
 template <bool BF16>
 __device__ __forceinline__ uint32_t dflash2_dequant_denorm(uint32_t bits, int j,
                                                            uint32_t scale2, uint32_t bias2) {
-  uint32_t v;
-  if constexpr (BF16) {
-    v = (bits >> (4 * j)) & 0x000F000Fu;
-  } else {
-    v = (j == 0 ? bits << 4 : bits >> (4 * j - 4)) & 0x00F000F0u;
-  }
-  uint32_t out;
-  if constexpr (BF16) {
-    __nv_bfloat162 r = __hfma2(*reinterpret_cast<__nv_bfloat162*>(&v),
-                               *reinterpret_cast<__nv_bfloat162*>(&scale2),
-                               *reinterpret_cast<__nv_bfloat162*>(&bias2));
-    out = *reinterpret_cast<uint32_t*>(&r);
-  } else {
-    __half2 r = __hfma2(*reinterpret_cast<__half2*>(&v), *reinterpret_cast<__half2*>(&scale2),
-                        *reinterpret_cast<__half2*>(&bias2));
-    out = *reinterpret_cast<uint32_t*>(&r);
-  }
-  return out;
+  const uint32_t v = BF16 ? (bits >> (4 * j)) & 0x000F000Fu
+                          : (j == 0 ? bits << 4 : bits >> (4 * j - 4)) & 0x00F000F0u;
+  return dflash2_fma2<BF16>(v, scale2, bias2);
 }
 // A packed scale pair times 2^133 (bf16: 2^66 then 2^67, each a bf16) or 2^20 (fp16: 2^10
 // twice): two exact multiplications by powers of two while the result stays finite.
 template <bool BF16>
 __device__ __forceinline__ uint32_t dflash2_denorm_scale(uint32_t scale2) {
-  uint32_t out;
-  if constexpr (BF16) {
-    uint32_t p66 = 0x60806080u, p67 = 0x61006100u;
-    __nv_bfloat162 r = __hmul2(__hmul2(*reinterpret_cast<__nv_bfloat162*>(&scale2),
-                                       *reinterpret_cast<__nv_bfloat162*>(&p66)),
-                               *reinterpret_cast<__nv_bfloat162*>(&p67));
-    out = *reinterpret_cast<uint32_t*>(&r);
-  } else {
-    uint32_t p10 = 0x64006400u;
-    __half2 r = __hmul2(__hmul2(*reinterpret_cast<__half2*>(&scale2),
-                                *reinterpret_cast<__half2*>(&p10)),
-                        *reinterpret_cast<__half2*>(&p10));
-    out = *reinterpret_cast<uint32_t*>(&r);
-  }
-  return out;
+  return BF16 ? dflash2_mul2<BF16>(dflash2_mul2<BF16>(scale2, 0x60806080u), 0x61006100u)
+              : dflash2_mul2<BF16>(dflash2_mul2<BF16>(scale2, 0x64006400u), 0x64006400u);
 }
 """)
