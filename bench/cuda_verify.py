@@ -85,24 +85,34 @@ def stock(x, wq, s, b):
     return mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=GS, bits=BITS)
 
 
-def custom_fn(name: str, params: dict, scales_fit_denorm: bool = False):
+def custom_fn(name: str, params: dict, scales_max_abs: float | None = None):
     """The custom launch as a function of arrays, for ``mx.compile`` (QWeights is built only
     while the compiled function traces). The weights are that function's inputs, so
     ``cuda.launch`` sees tracers: it keeps nothing and its kernel call is recorded into the
-    caller's graph, which replays it with each copy's arrays. ``scales_fit_denorm``: every copy
-    the function will be given was checked (``denorm_fits``), so a ``denorm`` tile runs as
-    such, not as its plain self (the launch cannot check tracers)."""
+    caller's graph, which replays it with each copy's arrays. ``scales_max_abs``: the largest
+    |scale| of every copy the function will be given (``scale_magnitude``), so a ``denorm``
+    tile runs as such where that fits its limit, not as its plain self (the launch cannot
+    measure tracers)."""
     def f(x, wq, s, b):
-        return cuda.launch(name, x, QWeights(wq, s, b, GS, BITS, scales_fit_denorm), params)
+        return cuda.launch(name, x, QWeights(wq, s, b, GS, BITS, scales_max_abs), params)
     return f
 
 
-def denorm_fits(copies: list) -> bool:
-    """Whether every copy's scales allow ``denorm`` (kernels.cuda.denorm_fits, once each)."""
-    return all(cuda.denorm_fits(q.scales) for q in copies)
+def scale_magnitude(copies: list) -> float:
+    """The largest |scale| over every copy (kernels.cuda.scale_magnitude, once each)."""
+    return max(cuda.scale_magnitude(q.scales) for q in copies)
 
 
-def paths_for(name: str, params: dict, scales_fit_denorm: bool = False) -> dict:
+def denorm_record(params, dtype: str, magnitude: float) -> dict:
+    """For a ``denorm`` tile, whether it ran as such on these copies or fell back to the plain
+    path (scales over its limit), and the scales' largest magnitude; nothing for other tiles."""
+    if not int(params.get("denorm", 0)):
+        return {}
+    return {"denorm_runs": cuda.denorm_runs(params, dtype, magnitude),
+            "scales_max_abs": magnitude}
+
+
+def paths_for(name: str, params: dict, scales_max_abs: float | None = None) -> dict:
     """The four timed paths, each a function of (x, weights). Eager custom is called the way
     the runtime calls it: ``cuda.launch`` on the layer's QWeights, made once at load (each
     weights' launch captured and traced on its first call, in the timings' warm-up rounds,
@@ -110,7 +120,7 @@ def paths_for(name: str, params: dict, scales_fit_denorm: bool = False) -> dict:
     read-only mapping, one object per entry (``kernels.selection``)."""
     params = MappingProxyType(dict(params))
     stock_c = mx.compile(stock)
-    custom_c = mx.compile(custom_fn(name, params, scales_fit_denorm))
+    custom_c = mx.compile(custom_fn(name, params, scales_max_abs))
     return {"stock_eager": lambda x, q: stock(x, q.wq, q.scales, q.biases),
             "stock_compiled": lambda x, q: stock_c(x, q.wq, q.scales, q.biases),
             "custom_eager": lambda x, q: cuda.launch(name, x, q, params),
@@ -123,16 +133,17 @@ def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float
     one = make_copies(k, n, dt, 1)[0]
     count = max(3, math.ceil(COLD_TARGET_BYTES / qbytes(one)))
     copies = [one] + make_copies(k, n, dt, count - 1, seed=1000)
-    fits = denorm_fits(copies)
+    magnitude = scale_magnitude(copies)
     rows = []
     for m in ms:
         name, params, tile_from = tile_for(table or {}, sweep, op, k, dt_name, m)
-        paths = paths_for(name, params, fits)
+        paths = paths_for(name, params, magnitude)
         x = (mx.random.normal((m, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)
         mx.eval(x)
         moved = qbytes(one) + 2 * m * k + 2 * m * n
         row = {"shape": op, "K": k, "N": n, "dtype": dt_name, "M": m, "kernel": name,
                "params": params, "tile_from": tile_from, "bytes": moved,
+               **denorm_record(params, dt_name, magnitude),
                "floor_us": moved / ceiling * 1e6,
                "cold_copies": count, "cold_working_set_bytes": count * qbytes(one)}
         # Does the custom kernel compute the same thing as stock here? (max |diff| / max |y|)

@@ -49,6 +49,7 @@ from sweep_points import (
 )
 
 from devices.identity import current_device
+from kernels.dispatch import dtype_name
 
 
 def rel_max(a: mx.array, b: mx.array) -> float:
@@ -56,11 +57,19 @@ def rel_max(a: mx.array, b: mx.array) -> float:
     return (mx.abs(a - b).max() / mx.abs(b).max()).item()
 
 
-def check_point(p: dict, x: mx.array, one, ys: mx.array, register_out: dict) -> dict:
+def check_point(p: dict, x: mx.array, one, ys: mx.array, register_out: dict,
+                magnitude: float) -> dict:
     """One point's row: its output against its variant's plain register pipeline at its
     (n_tile, k_groups), bit for bit (``register_out`` keeps each twin's output), and against stock
-    (``ys``); a tile that fails to build or launch is a finding (``error``), not a stop."""
-    row = dict(p)
+    (``ys``); a tile that fails to build or launch is a finding (``error``), not a stop. A
+    ``denorm`` tile whose weights' scales (largest ``magnitude``) are over its limit would run
+    its plain twin: it is not a candidate (``ok`` false), so no plain time is chosen under its
+    name."""
+    row = {**p, **cv.denorm_record(p, dtype_name(x.dtype), magnitude)}
+    if row.get("denorm_runs") is False:
+        row["ok"] = False
+        row["error"] = "denorm: the weights' scales are over its limit (it would run plain)"
+        return row
     try:
         y = launch(x, one, p)
         mx.eval(y)
@@ -92,11 +101,13 @@ def check_shape(op: str, dt_name: str, point_m: int = 8, points: list | None = N
     one = cv.make_copies(k, n, dt, 1)[0]
     x = (mx.random.normal((point_m, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)
     ys = cv.stock(x, one.wq, one.scales, one.biases)
+    magnitude = cv.scale_magnitude([one])
     entry = {"K": k, "N": n, "dtype": dt_name, "point_m": point_m, "check_only": True,
              "points": [], "final": []}
     register_out: dict = {}
     for pt in POINTS[op] if points is None else points:
-        entry["points"].append(check_point(as_params(pt), x, one, ys, register_out))
+        entry["points"].append(check_point(as_params(pt), x, one, ys, register_out,
+                                             magnitude))
         _print_row(entry["points"][-1])
     return entry
 
@@ -115,6 +126,7 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
     one = cv.make_copies(k, n, dt, 1)[0]
     count = max(3, math.ceil(cv.COLD_TARGET_BYTES / cv.qbytes(one)))
     copies = [one] + cv.make_copies(k, n, dt, count - 1, seed=1000)
+    magnitude = cv.scale_magnitude(copies)  # the compiled path's weights are tracers: it is told
     xs = {m: (mx.random.normal((m, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)
           for m in sorted({point_m, *final_ms})}
     mx.eval(list(xs.values()))
@@ -143,7 +155,7 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
             entry["points"].append({**as_params(pt), "skipped": "time budget"})
             continue
         p = as_params(pt)
-        row = check_point(p, x_pt, one, ys, register_out)
+        row = check_point(p, x_pt, one, ys, register_out, magnitude)
         if row.get("ok"):
             try:
                 t = cold_us(lambda x, q, p=p: launch(x, q, p), x_pt)
@@ -158,7 +170,6 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
     entry[f"best_m{point_m}"] = ok[0] if ok else {}
     # The best tiles at every M, eager and compiled, beside stock; ulps on a column slice.
     top = [tile_of(r) for r in ok[:3]]
-    fits = cv.denorm_fits(copies)  # the compiled path's weights are tracers: it is told
     for m in final_ms:
         x = xs[m]
         row = {"M": m, "floor_us": floor_us(m)}
@@ -177,7 +188,7 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
         cands.sort(key=lambda c: c[0])
         row["candidates"] = [{"us": u, **p} for u, p in cands]
         us, p = cands[0]
-        custom_c = mx.compile(cv.custom_fn(*launch_of(p), fits))
+        custom_c = mx.compile(cv.custom_fn(*launch_of(p), magnitude))
         row.update(params=p, custom_eager_us=us,
                    custom_compiled_us=cold_us(
                        lambda x, q, f=custom_c: f(x, q.wq, q.scales, q.biases), x)["us"],

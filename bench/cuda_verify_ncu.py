@@ -291,16 +291,22 @@ def main(argv=None) -> int:
             dt = cv.DTYPES[dt_name]
             (qw,) = cv.make_copies(k, n, dt, 1)
             paths = [("stock", cv.stock)]
+            magnitude = cv.scale_magnitude([qw])
+            tiles = []
             best = ((cold or {}).get("shapes", {}).get(f"{op}/{dt_name}") or {}).get("best_m8")
             if best:
-                p = sp.tile_of(best)
-                paths.append((f"cold-best {p}", cv.custom_fn(*sp.launch_of(p))))
-            for p in json.loads(args.tiles) if args.tiles else []:
-                paths.append((f"tile {p}", cv.custom_fn(*sp.launch_of(p))))
+                tiles.append(("cold-best", sp.tile_of(best)))
+            tiles += [("tile", p) for p in (json.loads(args.tiles) if args.tiles else [])]
             if args.points:
-                for pt in sp.selected(sp.POINTS[op], args.no_ring, args.no_bulk):
-                    p = sp.as_params(pt)
-                    paths.append((f"tile {p}", cv.custom_fn(*sp.launch_of(p))))
+                tiles += [("tile", sp.as_params(pt))
+                          for pt in sp.selected(sp.POINTS[op], args.no_ring, args.no_bulk)]
+            for label, p in tiles:
+                if cv.denorm_record(p, dt_name, magnitude).get("denorm_runs") is False:
+                    # these weights would run it plain: its time would be the plain tile's
+                    print(f"NCU_SKIP {op} {dt_name} {label} {p}: scales over denorm's limit "
+                          f"({magnitude:.3g})", flush=True)
+                    continue
+                paths.append((f"{label} {p}", cv.custom_fn(*sp.launch_of(p))))
             for m in (int(v) for v in args.ms.split(",")):
                 x = (mx.random.normal((m, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)
                 mx.eval(x)

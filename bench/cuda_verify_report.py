@@ -162,6 +162,8 @@ def render(res: dict) -> str:
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         p = ", ".join(f"{k}={v}" for k, v in r["params"].items())
+        if r.get("denorm_runs") is False:  # the launch fell back: say so, not the tile's name
+            p += f"; ran plain: scales up to {r['scales_max_abs']:.3g}, over denorm's limit"
         lines.append(
             f"| {r['shape']} | {r['dtype']} | {r['M']} | {r['kernel']} ({p}) | "
             f"{r.get('tile_from', '-')} | "

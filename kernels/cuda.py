@@ -8,6 +8,7 @@ MLX's JIT. Nothing here runs without MLX's CUDA backend.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
@@ -85,7 +86,7 @@ class Launcher:
         self.activation = act
         self.scales_dtype = act if VARIANTS[name].CUDA_LAYOUT in _SCALES_IN_ACTIVATION else None
         self.packing = cfg.packing
-        self.denorm = bool(cfg.template.get("DENORM", False))
+        self.denorm = int(cfg.template.get("DENORM", 0))
         self.template = [("T", act), *cfg.template.items()]
         self.grid, self.threads = (cfg.grid, 1, 1), (cfg.threads, 1, 1)
         self.shapes, self.dtypes = [(m, n)], [act]
@@ -159,10 +160,12 @@ def _miss(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
         traced = not _evaluated(w, scales, biases)  # a caller's traced weights: nothing kept
         runs = params  # what the launches run: the plain path where denorm may not (the same
         # output bit for bit): scales over its limit, or unseen and not vouched for
-        if lx.denorm and not (qw.scales_fit_denorm and scales is qw.scales if traced
-                              else denorm_fits(scales)):
-            runs = plain_nibbles(params)
-            lx = _operands(name, x, qw, runs)[0]  # the same operands: denorm moves nothing
+        if lx.denorm:
+            seen = (qw.scales_max_abs if scales is qw.scales else None) if traced \
+                else scale_magnitude(scales)
+            if seen is None or not denorm_fits(seen, dtype_name(scales.dtype), lx.denorm):
+                runs = plain_nibbles(params)
+                lx = _operands(name, x, qw, runs)[0]  # the same operands: denorm moves nothing
         if traced:
             return lx.call(x, w, scales, biases)
         fn = _captured(name, qw, runs, x.dtype, lx, (w, scales, biases))
@@ -172,16 +175,35 @@ def _miss(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
     return y
 
 
-# ``denorm`` (mma_weights_a) multiplies each scale by 2^133 (bf16) or 2^20 (fp16) in the
-# kernel: exact while the product is finite, so only for scales below these magnitudes.
-DENORM_SCALE_LIMIT = {"bfloat16": 2.0 ** -5, "float16": 2.0 ** -4}
+# ``denorm`` (mma_weights_a) multiplies each scale by 2^133 (bf16) or 2^20 (fp16), and with
+# ``denorm`` = 2 fp16's by 2^24, in the kernel: exact while the product is finite, so only for
+# scales below these magnitudes. (dtype, denorm) -> the least magnitude that overflows.
+DENORM_SCALE_LIMIT = {("bfloat16", 1): 2.0 ** -5, ("float16", 1): 2.0 ** -4,
+                      ("bfloat16", 2): 2.0 ** -5, ("float16", 2): 2.0 ** -8}
 
 
-def denorm_fits(scales: mx.array) -> bool:
-    """Whether every scale (in the activation dtype the kernel reads) is below ``denorm``'s
-    limit, NaN and infinity not: checked once per weights, where the launch is captured."""
-    limit = DENORM_SCALE_LIMIT.get(dtype_name(scales.dtype))
-    return limit is not None and bool(mx.all(mx.abs(scales) < limit).item())
+def scale_magnitude(scales: mx.array) -> float:
+    """The largest |scale| (infinity where one is NaN or infinite): what ``denorm``'s limit is
+    checked against, once per weights, where the launch is captured, or by a caller who
+    vouches for traced weights (``QWeights.scales_max_abs``)."""
+    if not mx.all(mx.isfinite(scales)).item():
+        return math.inf
+    return float(mx.max(mx.abs(scales)).astype(mx.float32).item()) if scales.size else 0.0
+
+
+def denorm_fits(magnitude: float, dtype: str, denorm: int) -> bool:
+    """Whether scales of that largest magnitude, in the activation dtype the kernel reads, stay
+    finite under ``denorm``'s scaling."""
+    limit = DENORM_SCALE_LIMIT.get((dtype, denorm))
+    return limit is not None and magnitude < limit
+
+
+def denorm_runs(params: Mapping, dtype: str, magnitude: float | None) -> bool:
+    """Whether a tile of ``params`` runs ``denorm`` on scales of that largest magnitude (None:
+    unmeasured), rather than the plain path it falls back to: what a record of a denorm
+    tile's time must say, so that no plain time is filed under a denorm tile."""
+    mode = int(params.get("denorm", 0))
+    return bool(mode) and magnitude is not None and denorm_fits(magnitude, dtype, mode)
 
 
 def plain_nibbles(params: Mapping) -> dict:

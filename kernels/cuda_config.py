@@ -79,7 +79,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     template = {"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups, "UNROLL": unroll,
                 "PREFETCH": bool(int(p["prefetch"])), "STAGES": stages,
                 "L2_PREFETCH": int(p.get("l2_prefetch", 128)), "X_EARLY": bool(x_early),
-                "HI_IN_PLACE": bool(hi_in_place), "DENORM": bool(denorm), "BULK": bool(bulk),
+                "HI_IN_PLACE": bool(hi_in_place), "DENORM": denorm, "BULK": bool(bulk),
                 "PACKED": bulk == 2, "ABLATE": ablate,
                 "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"}
     if bulk:

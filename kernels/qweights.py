@@ -16,10 +16,11 @@ class QWeights:
     biases: mx.array
     group_size: int
     bits: int
-    # The caller has checked (kernels.cuda.denorm_fits) that these scales, as given, allow
-    # mma_weights_a's ``denorm``: what lets a launch that sees only tracers of them (a caller's
-    # mx.compile with the weights as inputs) take it. Evaluated weights are checked anyway.
-    scales_fit_denorm: bool = False
+    # The largest |scale|, as the caller measured it (kernels.cuda.scale_magnitude) on these
+    # scales as given; None: not measured. What lets a launch that sees only tracers of them (a
+    # caller's mx.compile with the weights as inputs) take mma_weights_a's ``denorm``, whose
+    # limit is a scale magnitude. Evaluated weights are measured by the launch anyway.
+    scales_max_abs: float | None = None
     # dtype -> these weights with scales and biases in that dtype, made once (``in_dtype``);
     # other keys: arrays derived from them (``derived``)
     _as: dict = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -65,4 +66,4 @@ class QWeights:
     def columns(self, start: int, stop: int) -> QWeights:
         """Output columns [start, stop): full K, so each column's reduction is untouched."""
         return QWeights(self.wq[start:stop], self.scales[start:stop], self.biases[start:stop],
-                        self.group_size, self.bits, self.scales_fit_denorm)
+                        self.group_size, self.bits, self.scales_max_abs)

@@ -27,8 +27,8 @@ N = 64
 DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16}
 
 
-def _case(k: int, dt: str, gs: int = 64) -> QWeights:
-    w = mx.random.normal((N, k), key=mx.random.key(k + gs)) / k ** 0.5
+def _case(k: int, dt: str, gs: int = 64, spread: float = 1.0) -> QWeights:
+    w = mx.random.normal((N, k), key=mx.random.key(k + gs)) * (spread / k ** 0.5)
     return QWeights.quantize(w, gs, 4, DTYPES[dt])
 
 
@@ -75,7 +75,9 @@ LEVERS = {
                       {"unroll": 2, "x_early": 1}, {"stages": 3}, {"stages": 2, "x_early": 1},
                       {"hi_in_place": 1}, {"hi_in_place": 1, "prefetch": 1},
                       {"hi_in_place": 1, "stages": 3}, {"denorm": 1},
-                      {"denorm": 1, "unroll": 2, "x_early": 1}, {"denorm": 1, "stages": 3}],
+                      {"denorm": 1, "unroll": 2, "x_early": 1}, {"denorm": 1, "stages": 3},
+                      {"denorm": 2}, {"denorm": 2, "unroll": 2, "x_early": 1},
+                      {"denorm": 2, "stages": 3}, {"denorm": 2, "prefetch": 1}],
 }
 
 
@@ -90,7 +92,10 @@ def test_every_lever_gives_the_plain_register_pipelines_output_bit_for_bit(name,
     float64, 2 of the portable form). Each tile is a clang build (~2 s, cached by content)."""
     v = VARIANTS[name]
     for k, k_groups, m in ((1152, 1, 8), (1024, 2, 8), (1024, 2, 16), (1024, 4, 8)):
-        qw = _case(k, dt)
+        # scales under every denorm limit (fp16's at denorm 2, 2^-8, is the least): the
+        # emulator runs what it is given, so an overflow would show, not fall back
+        qw = _case(k, dt, spread=0.25)
+        assert cuda_limit_fits(qw, dt)
         plain = {"n_tile": 32, "k_groups": k_groups, "unroll": 1}
         x = _x(m, k, dt)
         y0 = launch.launch(name, x, qw, plain)
@@ -103,6 +108,12 @@ def test_every_lever_gives_the_plain_register_pipelines_output_bit_for_bit(name,
                 continue
             y = launch.launch(name, x, qw, {**plain, **lever})
             assert mx.array_equal(y, y0).item(), (k, k_groups, m, lever)
+
+
+def cuda_limit_fits(qw: QWeights, dt: str) -> bool:
+    from kernels.cuda import DENORM_SCALE_LIMIT  # needs no CUDA backend: a table of numbers
+    top = float(mx.abs(qw.scales).max().astype(mx.float32).item())
+    return all(top < lim for (d, _), lim in DENORM_SCALE_LIMIT.items() if d == dt)
 
 
 @pytest.mark.parametrize("source,wrong,found", [
@@ -260,15 +271,17 @@ def test_the_cluster_adds_the_k_groups_in_the_unclustered_order():
             assert (np.array(y.astype(mx.float32)) == 0).all(), (cluster, order)
 
 
+@pytest.mark.parametrize("mode", [1, 2])
 @pytest.mark.parametrize("dt", DTYPES)
-def test_denorm_is_exact_below_its_scale_limit_and_overflows_at_it(dt):
-    """``denorm``'s kernel multiplies each scale by 2^133 (bf16) or 2^20 (fp16): with every
-    scale the largest value below the limit ``kernels.cuda`` keeps it to, its output is the
-    plain path's bit for bit; at the limit itself the scaled scale is infinite and the output
-    is not finite, so the limit is the kernel's own, not a guess."""
+def test_denorm_is_exact_below_its_scale_limit_and_overflows_at_it(dt, mode):
+    """``denorm``'s kernel multiplies each scale by 2^133 (bf16) or 2^20 (fp16; 2^24 for the
+    nibbles at bits 0-3 at ``denorm`` 2): with every scale the largest value below the limit
+    ``kernels.cuda`` keeps it to, its output is the plain path's bit for bit; at the limit
+    itself the scaled scale is infinite and the output is not finite, so the limit is the
+    kernel's own, not a guess."""
     from kernels.cuda import DENORM_SCALE_LIMIT  # needs no CUDA backend: a table of numbers
     k, dtype = 1024, DTYPES[dt]
-    limit = DENORM_SCALE_LIMIT[dt]
+    limit = DENORM_SCALE_LIMIT[dt, mode]
     below = limit * (1 - 2.0 ** -(8 if dt == "bfloat16" else 11))  # T's next value down
     assert mx.array(below).astype(dtype).item() == below < limit
     base = _case(k, dt)
@@ -277,7 +290,7 @@ def test_denorm_is_exact_below_its_scale_limit_and_overflows_at_it(dt):
     for s, exact in ((below, True), (limit, False)):
         qw = QWeights(base.wq, mx.full(base.scales.shape, s, dtype), base.biases, 64, 4)
         y0 = launch.launch("mma_weights_a", x, qw, plain)
-        y = launch.launch("mma_weights_a", x, qw, {**plain, "denorm": 1})
+        y = launch.launch("mma_weights_a", x, qw, {**plain, "denorm": mode})
         assert mx.isfinite(y0).all().item()
         if exact:
             assert mx.array_equal(y, y0).item()

@@ -236,7 +236,7 @@ def test_a_launch_inside_a_callers_compile_matches_the_eager_one(standin, params
         for y, z in zip(eager, nested, strict=True):
             assert mx.array_equal(y * 2, z).item()
         assert not mx.array_equal(nested[0], nested[1]).item()  # x2 is not served x1's graph
-        assert {t["DENORM"] for t in standin["templates"]} == {bool(params.get("denorm"))}
+        assert {t["DENORM"] for t in standin["templates"]} == {params.get("denorm", 0)}
         cuda.clear_caches()
 
 
@@ -256,15 +256,19 @@ def test_traced_weights_are_launched_but_not_kept(standin):
     assert len(made) == 1 and not made[0].kernel_memo
 
 
+@pytest.mark.parametrize("mode", [1, 2])
 @pytest.mark.parametrize("dtype", [mx.bfloat16, mx.float16])
-def test_denorm_runs_only_on_weights_whose_scaled_scales_stay_finite(standin, dtype):
-    """``denorm`` multiplies each scale by 2^133 (bf16) or 2^20 (fp16) in the kernel, which
-    overflows for a scale at or above 2^-5 (2^-4): such weights, and weights the launch cannot
-    see (a caller's tracers), get the plain path, whose output is the same bit for bit where
-    both may run; the entry still keeps the caller's params, so later calls hit it."""
-    params = {**PARAMS, "denorm": 1}
-    small = _weights(dtype)
-    limit = cuda.DENORM_SCALE_LIMIT[cuda.dtype_name(dtype)]
+def test_denorm_runs_only_on_weights_whose_scaled_scales_stay_finite(standin, dtype, mode):
+    """``denorm`` multiplies each scale by 2^133 (bf16) or 2^20 (fp16; 2^24 at ``denorm`` 2)
+    in the kernel, which overflows for a scale at or above 2^-5 (2^-4, 2^-8): such weights,
+    and weights the launch cannot see (a caller's tracers) unless the caller vouches with
+    their largest scale, get the plain path, whose output is the same bit for bit where both
+    may run; the entry still keeps the caller's params, so later calls hit it."""
+    params = {**PARAMS, "denorm": mode}
+    limit = cuda.DENORM_SCALE_LIMIT[cuda.dtype_name(dtype), mode]
+    w = _weights(dtype)
+    small = QWeights(w.wq, w.scales * (0.5 * limit / cuda.scale_magnitude(w.scales)), w.biases,
+                     GS, 4)
     one_big = small.scales.at[3, 1].add(1.5 * limit - small.scales[3, 1])  # one group
     big = QWeights(small.wq, one_big, small.biases, GS, 4)
     for qw, runs in ((small, True), (big, False)):
@@ -272,16 +276,28 @@ def test_denorm_runs_only_on_weights_whose_scaled_scales_stay_finite(standin, dt
         for _ in range(3):
             mx.eval(cuda.launch(NAME, _x(dtype=dtype), qw, params))
         assert standin["kernel"] == start + 1  # traced once, then replayed
-        assert standin["templates"][-1]["DENORM"] is runs
+        assert standin["templates"][-1]["DENORM"] == (mode if runs else 0)
     exact = QWeights(small.wq, mx.full(small.scales.shape, limit, dtype), small.biases, GS, 4)
     mx.eval(cuda.launch(NAME, _x(dtype=dtype), exact, params))
-    assert standin["templates"][-1]["DENORM"] is False  # the limit itself overflows
+    assert standin["templates"][-1]["DENORM"] == 0  # the limit itself overflows
 
-    for vouched in (False, True):  # a caller's tracers: only a caller that checked says so
+    # a caller's tracers: only a caller that measured them says so, and its figure is checked
+    for vouched, runs in ((None, False), (0.5 * limit, True), (limit, False)):
         def f(x, w, s, b, vouched=vouched):
             return cuda.launch(NAME, x, QWeights(w, s, b, GS, 4, vouched), params)
         mx.eval(mx.compile(f)(_x(dtype=dtype), small.wq, small.scales, small.biases))
-        assert standin["templates"][-1]["DENORM"] is vouched
+        assert standin["templates"][-1]["DENORM"] == (mode if runs else 0)
+
+
+def test_scale_magnitude_is_the_largest_and_not_finite_is_infinite():
+    """What the limit is checked against: the largest |scale|, negative ones included, and
+    infinity for a NaN or an infinite scale (which no limit admits)."""
+    s = mx.array([[0.001, -0.02], [0.003, 0.0]], dtype=mx.float16)
+    assert cuda.scale_magnitude(s) == pytest.approx(0.02, rel=1e-3)
+    for bad in (float("nan"), float("inf")):
+        assert cuda.scale_magnitude(s.at[0, 0].add(bad)) == float("inf")
+    assert not cuda.denorm_fits(float("inf"), "bfloat16", 1)
+    assert not cuda.denorm_fits(0.0, "bfloat16", 3)  # no such mode: no limit, never fits
 
 
 def test_lazy_weights_are_evaluated_before_they_are_captured(standin):

@@ -394,6 +394,22 @@ def test_the_committed_bench_json_renders_its_committed_markdown():
     assert len(rows) == 18 and all(float(r[col]) > 0 for r in rows)
 
 
+def test_a_denorm_row_that_ran_plain_says_so():
+    """A table tile with ``denorm`` on weights whose scales are over its limit runs the plain
+    path (the launch's fallback); the bench's row says so beside the tile, so its times are
+    not read as the denorm tile's. A row that ran it, or a tile without it, reads as before."""
+    from cuda_verify_report import render
+    data = json.loads((H200 / "cuda_verify.json").read_text())
+    first = data["rows"][0]
+    before = render(data).splitlines()
+    for runs, extra in ((True, False), (False, True)):
+        rows = [{**first, "params": {**first["params"], "denorm": 2}, "denorm_runs": runs,
+                 "scales_max_abs": 0.0085}] + data["rows"][1:]
+        got = render({**data, "rows": rows}).splitlines()
+        notes = [ln for ln in got if "ran plain: scales up to 0.0085, over denorm's limit" in ln]
+        assert len(notes) == extra and len(got) == len(before)
+
+
 def test_the_sms_imbalance_is_read_where_the_run_measured_it(tmp_path):
     """sm__cycles_active's max over its mean says how long the busiest SM ran past the mean
     one (544 blocks on 132 SMs leave 16 SMs a fifth block): a column of the summary and a
@@ -507,18 +523,23 @@ def test_the_static_sass_report_counts_the_loop_and_its_table_is_its_json():
     shipped gate/up tile issues 240 dequantization instructions a K step (64 pairs x 3.75) in
     bf16, 208 with fp16's ``hi_in_place``, and 16 mma; bf16 refuses ``hi_in_place``; the
     prefetched tile issues no more than the plain one but a few loop instructions; ``denorm``
-    takes the HADD2 out (64 a K step) and adds two HMUL2 a row's scale (8)."""
+    takes the HADD2 out (64 a K step) and adds two HMUL2 a row's scale (8); ``denorm`` 2 takes
+    two shifts of three a word out (32) and adds one HMUL2 a row's scale (4)."""
     import sass_static as ss
 
     gu, pf = (32, 4, 2, 0, 0, 128, 1), (32, 4, 1, 1, 0, 128, 1)
     data = ss.run([8], points={"gate_up": [gu, (gu, {"hi_in_place": 1}), pf,
-                                           (gu, {"denorm": 1})], "down": []})
+                                           (gu, {"denorm": 1}), (gu, {"denorm": 2})],
+                               "down": []})
     rows = {(r["dtype"], bool(r["params"].get("hi_in_place"))): r for r in data["rows"]
             if not r["params"]["prefetch"] and not r["params"].get("denorm")}
     # denorm: no HADD2 (64 a K step), two HMUL2 a row's scale (8), the rest as it was
-    (dn,) = (r for r in data["rows"] if r["params"].get("denorm") and r["dtype"] == "bfloat16")
+    dn, dn2 = (r for r in data["rows"] if r["params"].get("denorm") and r["dtype"] == "bfloat16")
     assert dn["per_k_step"]["dequant"] == rows[("bfloat16", False)]["per_k_step"]["dequant"] - 56
     assert dn["per_k_step"]["mma"] == 16
+    # denorm 2: one shift a word, not three (32 a K step), and an HMUL2 a row's scale (4)
+    assert dn2["per_k_step"]["dequant"] == dn["per_k_step"]["dequant"] - 28
+    assert dn2["per_k_step"]["mma"] == 16
     # the prefetched batches take turns: copying the next into the current was ~37 moves more
     prefetched = next(r for r in data["rows"] if r["params"]["prefetch"])
     assert prefetched["per_k_step"]["other"] < rows[("bfloat16", False)]["per_k_step"]["other"] + 8
@@ -571,12 +592,22 @@ def test_check_only_flags_a_lever_that_changes_the_output_and_renders_without_ti
                                  group_size=64, bits=4)
         twins: dict = {}
         base = sp.as_params((32, 1, 1, 0, 0))
-        rows = [cs.check_point({**base, **extra}, x, qw, ys, twins)
-                for extra in ({}, {"prefetch": 1}, {"hi_in_place": 1}, {"k_groups": 3})]
-        gsums = cs.check_point(sp.as_params(((32, 1, 1, 1, 0), sp.GSUMS)), x, qw, ys, twins)
+        top = cuda.scale_magnitude(qw.scales)
+        assert cuda.denorm_fits(top, "float16", 1) and not cuda.denorm_fits(top, "float16", 2)
+        rows = [cs.check_point({**base, **extra}, x, qw, ys, twins, top)
+                for extra in ({}, {"prefetch": 1}, {"hi_in_place": 1}, {"k_groups": 3},
+                              {"denorm": 1}, {"denorm": 2})]
+        gsums = cs.check_point(sp.as_params(((32, 1, 1, 1, 0), sp.GSUMS)), x, qw, ys, twins,
+                               top)
     finally:
         cuda.clear_caches()
-    plain, prefetched, hi, bad = rows
+    plain, prefetched, hi, bad, dn1, dn2 = rows
+    rows = rows[:4]
+    # denorm where the scales allow it is checked as any lever; where they do not, the tile
+    # would run plain, so it is no candidate and is not launched
+    assert dn1["ok"] and dn1["denorm_runs"] and dn1["scales_max_abs"] == top
+    assert dn2["ok"] is False and "over its limit" in dn2["error"]
+    assert dn2["denorm_runs"] is False and "exact_vs_register" not in dn2
     assert plain["ok"] and plain["exact_vs_register"] and prefetched["ok"]
     assert gsums["ok"] and gsums["exact_vs_register"] and gsums["variant"] == "mma_group_sums"
     assert hi["exact_vs_register"] is False and hi["ok"] is False
@@ -631,23 +662,30 @@ def test_the_m16_ablated_tiles_are_the_tables_m16_tiles_and_launch_at_m16():
 def test_the_benchs_weights_allow_denorm_and_its_compiled_path_says_so(dtype, monkeypatch):
     """The bench's weights (its own quantization, gate/up's and down's K) have scales well
     inside ``denorm``'s limit, so its tiles run as such on the device; and the compiled path,
-    whose launch sees only tracers, is told so by the bench's own check of every copy, not
-    left to time the plain path under a denorm tile's name. A copy with one scale at the
-    limit turns the check off."""
+    whose launch sees only tracers, is told the copies' largest scale by the bench's own check
+    of every copy, not left to time the plain path under a denorm tile's name. A copy with one
+    scale at the limit turns it off, and the rows say which path a denorm tile ran."""
     dt = cv.DTYPES[dtype]
+    limit = cuda.DENORM_SCALE_LIMIT[dtype, 1]
     for k in (5120, 17408):
         copies = cv.make_copies(k, 128, dt, 2)
-        assert cv.denorm_fits(copies)
-        limit = cuda.DENORM_SCALE_LIMIT[dtype]
+        magnitude = cv.scale_magnitude(copies)
         worst = max(mx.abs(c.scales).max().item() for c in copies)
-        assert worst < limit / 2, (k, worst)  # room, not a near miss
+        assert magnitude == worst < limit / 2, (k, worst)  # room, not a near miss
+        assert cuda.denorm_fits(magnitude, dtype, 1)
     s = copies[0].scales
     bad = QWeights(copies[0].wq, s.at[0, 0].add(limit - s[0, 0]), copies[0].biases,
                    cv.GS, cv.BITS)
-    assert not cv.denorm_fits([copies[1], bad])
+    assert not cuda.denorm_fits(cv.scale_magnitude([copies[1], bad]), dtype, 1)
     seen = []
     monkeypatch.setattr(cv.cuda, "launch", lambda name, x, qw, params: seen.append(qw))
-    for fits in (True, False):
-        paths = cv.paths_for("mma_weights_a", {**DEFAULTS, "denorm": 1}, fits)
+    for told in (magnitude, None):
+        paths = cv.paths_for("mma_weights_a", {**DEFAULTS, "denorm": 1}, told)
         paths["custom_compiled"](mx.zeros((8, 5120), dt), copies[0])
-        assert seen[-1].scales_fit_denorm is fits
+        assert seen[-1].scales_max_abs == told
+    # the record: fp16's denorm 2 (times 2^24) stops at 2^-8, bf16's at 2^-5, as at denorm 1
+    two = {**DEFAULTS, "denorm": 2}
+    assert cv.denorm_record(DEFAULTS, dtype, 0.005) == {}
+    assert cv.denorm_record(two, dtype, 0.005) == {"denorm_runs": dtype == "bfloat16",
+                                                   "scales_max_abs": 0.005}
+    assert cv.denorm_record(two, dtype, 0.003)["denorm_runs"]

@@ -23,7 +23,7 @@ from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 # prefetch hint, 128 or 256 bytes), X_EARLY (activations loaded with the weights: in the
 # register batch, or through the ring; else step by step before the math), HI_IN_PLACE (fp16:
 # one shift a word, dflash2_dequant_pair's HIGH), DENORM (q as a subnormal: no subtraction,
-# dflash2_dequant_denorm), BULK (the producer
+# dflash2_dequant_denorm; 2: also one shift a word), BULK (the producer
 # warp's ring of STAGES stages of UNROLL steps in dynamic shared memory), PACKED (with BULK: w
 # packed so that a block's stage is one contiguous copy), K, N, GS, IS_BF16; type T.
 # Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for
@@ -64,13 +64,14 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   const uint16_t* s_lane = s16 + (n_base + g) * ROW_GROUPS;
   const uint16_t* b_lane = b16 + (n_base + g) * ROW_GROUPS;
   // A row's 16-bit scale as the pair every FMA of its K step takes; with DENORM times 2^133
-  // (bf16) or 2^20 (fp16) for the subnormal q of dflash2_dequant_denorm (exact: a power of two,
-  // and the launch keeps weights whose scales would overflow off this path: kernels.cuda).
+  // (bf16) or 2^20 (fp16; 2^24 with DENORM 2) for the subnormal q of dflash2_dequant_denorm
+  // (exact: a power of two, and the launch keeps weights whose scales would overflow off this
+  // path: kernels.cuda).
   // Made where the scale is loaded, so the batch holds the scaled pair alone (gate/up's
   // shipped tile: 80 registers, the plain tile's, against 94 when made at each step's math).
   auto scale_pair = [](uint32_t sv) -> uint32_t {
     const uint32_t s2 = sv | (sv << 16);
-    return DENORM ? dflash2_denorm_scale<IS_BF16>(s2) : s2;
+    return DENORM ? dflash2_denorm_scale<IS_BF16, DENORM>(s2) : s2;
   };
   // The lane's activations of one K step (row g, + 8; zeros past M) from global memory (read by
   // every warp: L1/L2 hits).
@@ -87,6 +88,12 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   // tile.
   auto mma_math = [&](const uint4 (&wq)[COL_TILES][2], const uint32_t (&sc)[COL_TILES][2],
                       const uint32_t (&bi)[COL_TILES][2], const uint4 (&xa)[M_TILES][4]) {
+    uint32_t so[COL_TILES][2];  // DENORM 2: the scale pair of the nibbles at bits 4-7
+#pragma unroll
+    for (int c = 0; c < COL_TILES; ++c)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        so[c][h] = DENORM == 2 ? dflash2_denorm_odd<IS_BF16>(sc[c][h]) : 0u;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       uint32_t bx[M_TILES][4];  // activation pairs (0,4), (1,5), (2,6), (3,7) of word i
@@ -104,7 +111,8 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
           if constexpr (DENORM) {  // q as a subnormal: the LOP3 and the FMA, no subtraction
 #pragma unroll
             for (int j = 0; j < 4; ++j)
-              a[h][j] = dflash2_dequant_denorm<IS_BF16>(q, j, sc[c][h], bi[c][h]);
+              a[h][j] = dflash2_dequant_denorm<IS_BF16, DENORM>(
+                  q, j, DENORM == 2 && (j & 1) ? so[c][h] : sc[c][h], bi[c][h]);
           } else if constexpr (HI_IN_PLACE) {  // fp16: the high nibble of each byte where it lies
             const uint32_t q8 = q >> 8;
             a[h][0] = dflash2_dequant_pair<IS_BF16, false>(q, sc[c][h], bi[c][h]);
@@ -387,24 +395,41 @@ __device__ __forceinline__ uint32_t dflash2_dequant_pair(uint32_t bits, uint32_t
   return dflash2_fma2<BF16>(dflash2_sub2<BF16>(v, magic), scale2, bias2);
 }
 // DENORM: nibble pair J ((0, 4), (1, 5), (2, 6), (3, 7)) of ``bits`` taken as two subnormals
-// of the activation type, with no magic and no subtraction: in bf16 at bits 0-3 of each half,
-// q x 2^-133; in fp16 at bits 4-7, q x 2^-20 (nibbles 1 and 5 lie there, the others one shift
-// away). ``scale2`` is the scale times 2^133 (bf16) or 2^20 (fp16) (dflash2_denorm_scale), so
-// the FMA's exact product is scale * q, the very product the plain path's FMA forms, and its
-// one rounding of scale * q + bias is the same: the output is the plain path's bit for bit.
-// Valid while the scaled scale is finite: |scale| < 2^-5 (bf16) or < 2^-4 (fp16).
-template <bool BF16>
+// of the activation type, with no magic and no subtraction. MODE 1: in bf16 at bits 0-3 of
+// each half, q x 2^-133; in fp16 at bits 4-7, q x 2^-20 (nibbles 1 and 5 lie there, the others
+// one shift away). MODE 2: each pair where it lies after one shift of 8 for pairs 2 and 3, the
+// even pairs at bits 0-3 (q x 2^-133 in bf16, q x 2^-24 in fp16) and the odd ones at bits 4-7
+// (q x 2^-129, q x 2^-20: below 2^8 (bf16) or 2^11 (fp16) a bit pattern's value is the
+// pattern times the least subnormal, across the first normal binade too), so one shift a word
+// instead of three. ``scale2`` is the scale times the inverse of the pair's factor
+// (dflash2_denorm_scale, dflash2_denorm_odd), so the FMA's exact product is scale * q, the
+// very product the plain path's FMA forms, and its one rounding of scale * q + bias is the
+// same: the output is the plain path's bit for bit. Valid while the scaled scale is finite:
+// |scale| < 2^-5 (bf16), < 2^-4 (fp16, MODE 1), < 2^-8 (fp16, MODE 2: times 2^24).
+template <bool BF16, int MODE>
 __device__ __forceinline__ uint32_t dflash2_dequant_denorm(uint32_t bits, int j,
                                                            uint32_t scale2, uint32_t bias2) {
-  const uint32_t v = BF16 ? (bits >> (4 * j)) & 0x000F000Fu
-                          : (j == 0 ? bits << 4 : bits >> (4 * j - 4)) & 0x00F000F0u;
+  const uint32_t v =
+      MODE == 2 ? (j < 2 ? bits : bits >> 8) & (j & 1 ? 0x00F000F0u : 0x000F000Fu)
+      : BF16    ? (bits >> (4 * j)) & 0x000F000Fu
+                : (j == 0 ? bits << 4 : bits >> (4 * j - 4)) & 0x00F000F0u;
   return dflash2_fma2<BF16>(v, scale2, bias2);
 }
-// A packed scale pair times 2^133 (bf16: 2^66 then 2^67, each a bf16) or 2^20 (fp16: 2^10
-// twice): two exact multiplications by powers of two while the result stays finite.
-template <bool BF16>
+// A packed scale pair times the inverse of the factor of the nibbles at bits 0-3 (MODE 2) or
+// of every nibble (MODE 1): 2^133 in bf16 (2^66 then 2^67, each a bf16), 2^20 in fp16 (2^10
+// twice) or 2^24 there with MODE 2 (2^10 then 2^14): exact multiplications by powers of two
+// while the result stays finite.
+template <bool BF16, int MODE>
 __device__ __forceinline__ uint32_t dflash2_denorm_scale(uint32_t scale2) {
   return BF16 ? dflash2_mul2<BF16>(dflash2_mul2<BF16>(scale2, 0x60806080u), 0x61006100u)
-              : dflash2_mul2<BF16>(dflash2_mul2<BF16>(scale2, 0x64006400u), 0x64006400u);
+              : dflash2_mul2<BF16>(dflash2_mul2<BF16>(scale2, 0x64006400u),
+                                   MODE == 2 ? 0x74007400u : 0x64006400u);
+}
+// MODE 2: the scale pair of the nibbles at bits 4-7 (16 times the least subnormal) from that
+// of bits 0-3: times 2^-4, exact (a nonzero scaled scale is at least 1, the least subnormal
+// scale times 2^133 or 2^24, so it stays a normal number).
+template <bool BF16>
+__device__ __forceinline__ uint32_t dflash2_denorm_odd(uint32_t scale2) {
+  return dflash2_mul2<BF16>(scale2, BF16 ? 0x3D803D80u : 0x2C002C00u);
 }
 """)

@@ -65,7 +65,19 @@ HADD2 of every pair goes: nvcc for sm_90, gate/up's shipped tile, 527 instructio
 two K steps against 648 in bf16 and 585 with fp16's hi_in_place). The scaled scale must be
 finite: |scale| < 2^-5 (bf16) or 2^-4 (fp16), a property of the weights, not of the tile, so
 ``kernels.cuda`` checks it once per weights where it captures the launch and runs the plain
-path on weights that fail it or that it cannot see (a caller's traced weights).
+path on weights that fail it or that it cannot see (a caller's traced weights, unless the
+caller gives their largest scale: ``QWeights.scales_max_abs``).
+
+``denorm`` = 2 takes each pair where it lies after at most one shift of 8: pairs (0, 4) and
+(2, 6) at bits 0-3 of each half, (1, 5) and (3, 7) at bits 4-7. Below 2^8 (bf16) or 2^11 (fp16)
+a bit pattern's value is the pattern times the least subnormal, across the first normal
+binade too, so a nibble at bits 4-7 is q x 2^-129 (bf16) or q x 2^-20 (fp16), exactly, and the
+odd pairs take the scale times 2^129 or 2^20 (the even pairs' scaled scale times 2^-4, exact):
+one shift a word instead of three (nvcc for sm_90, gate/up's shipped tile: 238 instructions a
+K step against 265 at ``denorm`` 1, with 95 registers against 80: the odd pairs' scales).
+fp16's even pairs are q x 2^-24, so their scale is times 2^24, finite only below 2^-8: a limit
+most weights' fp16 scales exceed (the bench's: 0.0085 on gate/up), where the launch falls back
+to the plain path as above. bf16's limit stays 2^-5.
 
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
@@ -97,7 +109,7 @@ CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"
                      param_choices=(("prefetch", (0, 1)), ("stages", (0, 2, 3, 4, 5, 6, 8)),
                                     ("l2_prefetch", (128, 256)), ("x_early", (0, 1)),
                                     ("min_blocks", (0, 2, 3, 4, 5, 6)), ("bulk", (0, 1, 2)),
-                                    ("hi_in_place", (0, 1)), ("denorm", (0, 1)),
+                                    ("hi_in_place", (0, 1)), ("denorm", (0, 1, 2)),
                                     ("ablate", (0, 1, 2))),
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
