@@ -194,6 +194,11 @@ CLUSTERED = {
 # 0.0046 down) are not, so its fp16 points are refused there (not ok in the sweep, skipped by
 # ncu) rather than timed as their plain selves. On the two tiles closest to the table's.
 DENORM_ON, DENORM_2 = {"denorm": 1}, {"denorm": 2}
+# The ablate runs also time mma_weights_a's math alone with each denorm mode: the same loads
+# and mma under fewer instructions (gate/up's tile: 326, 265 and 238 a K step), so whether the
+# math alone follows its instruction count (issue-bound) or not (latency) is measured, not
+# inferred.
+DENORM_MODES = (1, 2)
 DENORMED = {
     "gate_up": [(GU, DENORM_ON), (GU, DENORM_2), ((32, 4, 2, 0, 0), DENORM_ON),
                 ((32, 4, 2, 0, 0), DENORM_2), ((32, 4, 1, 0, 0, 128, 1), DENORM_ON),
@@ -301,8 +306,9 @@ def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
     """The tiles of h200.sh's ``diagnose`` run, as ``cuda_verify_ncu --tiles`` takes them:
     ``balanced``, the BALANCED points; ``cluster``, the CLUSTERED points; ``ablate``
     (``ablate16``), the selection table's sm_90 gate/up and down tiles at M=8 (16) in bf16
-    with a part taken out (1: the loads alone, 2: the math alone), so the
-    run measures what the table ships, whatever it ships then."""
+    with a part taken out (1: the loads alone, 2: the math alone; an mma_weights_a tile's
+    math alone also with each of DENORM_MODES), so the run measures what the table ships,
+    whatever it ships then."""
     if kind == "balanced":
         return [as_params(pt) for pt in BALANCED]
     if kind == "cluster":
@@ -325,6 +331,9 @@ def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
                 and e["shapes"][0] in ("gate_up", "down") and e["variant"] in SWEPT):
             tile = point_of(e["variant"], e["params"])
             out += [{**tile, "ablate": 1}, {**tile, "ablate": 2}]
+            if e["variant"] == NAME:  # its math alone at 326, 265, 238 instructions a K step
+                out += [{**tile, "denorm": d, "ablate": 2} for d in DENORM_MODES
+                        if {**tile, "denorm": d, "ablate": 2} not in out]
     return out
 
 

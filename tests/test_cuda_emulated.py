@@ -171,7 +171,10 @@ def test_ablate_takes_out_the_part_it_names(name):
     assert not np.array_equal(whole[0], whole[1])
     assert (loads == 0).all() and np.abs(whole[0]).max() > 0
     assert np.array_equal(math[0], math[1]) and not np.array_equal(math[0], whole[0])
-    if name == "mma_weights_a":
+    if name == "mma_weights_a":  # the math alone under denorm: the same made-up weights' sums
+        for mode in (1, 2):
+            y = launch.launch(name, x, qa, {**p, "denorm": mode, "ablate": 2})
+            assert np.array_equal(np.array(y.astype(mx.float32)), math[0]), mode
         with pytest.raises(TilingError, match="ablate takes a part out of the register"):
             cuda_config.launch_config(name, 8, k, N, 64, dt, {**p, "stages": 3, "ablate": 1})
 

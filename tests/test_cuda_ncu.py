@@ -444,10 +444,14 @@ def test_the_diagnostic_tiles_are_the_tables_and_the_balanced_ones_and_all_launc
     from kernels import cuda
     table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
     ablate = sp.diagnostic_tiles("ablate", table)
-    assert sorted({t["ablate"] for t in ablate}) == [1, 2] and len(ablate) == 4
     shipped = {(e["shapes"][0], e["variant"]) for e in table["entries"]
                if e["devices"] == ["sm_90"] and e["M"] == 8 and e["dtypes"] == ["bfloat16"]
                and e["shapes"][0] in ("gate_up", "down")}
+    weights_a = sum(v == sp.NAME for _, v in shipped)  # whose math alone is also denormed
+    assert sorted({t["ablate"] for t in ablate}) == [1, 2]
+    assert len(ablate) == 4 + 2 * weights_a and weights_a >= 1
+    assert sorted(t.get("denorm", 0) for t in ablate if t["ablate"] == 2) == \
+        [0] * 2 + [1, 2] * weights_a
     assert {t.get("variant", sp.NAME) for t in ablate} == {v for _, v in shipped}
     balanced = sp.diagnostic_tiles("balanced", table)
     assert [t["n_tile"] for t in balanced] == [16] * 4 and {t["k_groups"] for t in balanced} == {2}
@@ -650,7 +654,8 @@ def test_the_m16_ablated_tiles_are_the_tables_m16_tiles_and_launch_at_m16():
                if e["devices"] == ["sm_90"] and e["M"] == 16 and e["dtypes"] == ["bfloat16"]
                and e["shapes"][0] in ("gate_up", "down")]
     assert len(shipped) == 2
-    assert tiles == [{**t, "ablate": a} for t in shipped for a in (1, 2)]
+    assert tiles == [x for t in shipped for x in [{**t, "ablate": a} for a in (1, 2)] + (
+        [{**t, "denorm": d, "ablate": 2} for d in (1, 2)] if "variant" not in t else [])]
     for t in tiles:
         for op in ("gate_up", "down"):
             k, n = cv.SHAPES[op]
