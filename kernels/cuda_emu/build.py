@@ -13,6 +13,7 @@ from kernels import cuda_offline
 from kernels.metal_emu import glue, toolchain
 from kernels.variants import VARIANTS
 from kernels.variants import _cuda_common as common
+from kernels.variants import _dequant_cuda as dequant
 
 SHIM = Path(__file__).resolve().parent / "shim"
 C_TYPES = {"bfloat16": "__nv_bfloat16", "float16": "__half"}
@@ -118,7 +119,7 @@ DYNAMIC_SMEM = ("extern __shared__ __align__(128) unsigned char dsmem[];",
 EMULATED = {
     common.CUDA_HEADER: "",  # the split-K helpers: no mma variant calls them
     common.MMA_SYNC_HEADER: EMULATED_MMA,
-    common.NIBBLE_HEADER: common.NIBBLE_HEADER.replace(_LOP3, "v = (bits & MASK) | magic;"),
+    dequant.NIBBLE_HEADER: dequant.NIBBLE_HEADER.replace(_LOP3, "v = (bits & MASK) | magic;"),
     common.CP_ASYNC_HEADER: EMULATED_CP_ASYNC,
     common.BULK_HEADER: EMULATED_BULK,
     common.CLUSTER_HEADER: EMULATED_CLUSTER,

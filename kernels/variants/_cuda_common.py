@@ -6,7 +6,6 @@ body, so the sources below only name inputs (x, w, scales, biases), the output (
 template constants.
 """
 
-from kernels.tiling import Tiling
 
 CUDA_HEADER = r"""
 // Eight consecutive activations as float32: one 16-byte load for 2-byte types, two for float.
@@ -85,30 +84,6 @@ __device__ __forceinline__ void dflash2_mma(float& c0, float& c1, float& c2, flo
 }
 """
 MMA_HEADER = PACK2_HEADER + MMA_SYNC_HEADER
-
-# Two nibbles into the mantissa of a power of two, for the mma variants' A tiles, and the
-# activations paired to match them for B.
-NIBBLE_HEADER = r"""
-// (bits & MASK) | magic as ONE lop3 (LUT 0xea = (a & b) | c), with the magic in a register:
-// written as an AND and an OR of two immediates, ptxas emits two LOP3s (a LOP3 takes one
-// immediate), a fifth of the dequantization's issue slots (ncu's SASS of mma_weights_a,
-// 2026-12-04, bench/results/h200/sass_*).
-template <uint32_t MASK>
-__device__ __forceinline__ uint32_t dflash2_or_magic(uint32_t bits, uint32_t magic) {
-  uint32_t v;
-  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(v) : "r"(bits), "n"(MASK), "r"(magic));
-  return v;
-}
-// A packed word's 8 activations (one 16-byte load) as the B operand's pairs (0, 4), (1, 5),
-// (2, 6), (3, 7): the pairs of nibbles a mask of 0x000F000F takes from the word, shifted by 0,
-// 4, 8 and 12, so that A and B agree on every k.
-__device__ __forceinline__ void dflash2_activation_pairs(const uint4 v, uint32_t (&b)[4]) {
-  b[0] = __byte_perm(v.x, v.z, 0x5410);
-  b[1] = __byte_perm(v.x, v.z, 0x7632);
-  b[2] = __byte_perm(v.y, v.w, 0x5410);
-  b[3] = __byte_perm(v.y, v.w, 0x7632);
-}
-"""
 
 # Asynchronous global -> shared copies (sm_80+): 16-byte chunks that skip L1 (streamed weights;
 # L2 fetches 128 or 256 bytes of the row, so the next K steps of the row are L2 hits), 4-byte words
@@ -370,77 +345,3 @@ def launch_bounds_header(threads: int, min_blocks: int, cluster: int = 1) -> str
         return ""
     return (f"\n#undef __global__\n#define __global__ __location__(global) "
             f"{' '.join(attributes)}\n")
-
-
-# The split-K body shared by both K layouts. LAYOUT_CONTIGUOUS selects which words a lane owns.
-# Constants: M_ROWS, N_TILE, K_GROUPS, VEC, K, N, GS, LAYOUT_CONTIGUOUS; type T (activation).
-# One block per N_TILE output columns, K_GROUPS warps each reducing a contiguous K group.
-SPLIT_K_BODY = r"""
-  constexpr int WORDS = K / 8;
-  constexpr int GROUP_WORDS = WORDS / K_GROUPS;
-  constexpr int LANE_WORDS = GROUP_WORDS / 32;
-  constexpr int ROW_GROUPS = K / GS;
-  const int lane = threadIdx.x & 31;
-  const int g = threadIdx.x >> 5;
-  const int n0 = blockIdx.x * N_TILE;
-  float acc[M_ROWS][N_TILE];
-#pragma unroll
-  for (int m = 0; m < M_ROWS; ++m)
-#pragma unroll
-    for (int t = 0; t < N_TILE; ++t) acc[m][t] = 0.0f;
-
-  for (int s = 0; s < LANE_WORDS; s += VEC) {
-    // contiguous: lane owns [lane * LANE_WORDS, +LANE_WORDS) of its group (K-major walk);
-    // interleaved: lane owns word `lane` of every 32-word (256-value) block.
-    const int word = g * GROUP_WORDS +
-        (LAYOUT_CONTIGUOUS ? lane * LANE_WORDS + s : s * 32 + lane * VEC);
-    uint32_t wv[N_TILE][VEC];
-    float sc[N_TILE], bi[N_TILE];
-#pragma unroll
-    for (int t = 0; t < N_TILE; ++t) {
-      const int n = n0 + t;
-      dflash2_load_words<VEC>(w + n * WORDS + word, wv[t]);
-      const int grp = (word * 8) / GS;  // VEC words never straddle a group (GS >= 8 * VEC)
-      sc[t] = static_cast<float>(scales[n * ROW_GROUPS + grp]);
-      bi[t] = static_cast<float>(biases[n * ROW_GROUPS + grp]);
-    }
-#pragma unroll
-    for (int v = 0; v < VEC; ++v) {
-      float xv[M_ROWS][8];
-#pragma unroll
-      for (int m = 0; m < M_ROWS; ++m) dflash2_load8(x + m * K + (word + v) * 8, xv[m]);
-#pragma unroll
-      for (int t = 0; t < N_TILE; ++t) {
-        float wf[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-          wf[j] = sc[t] * static_cast<float>((wv[t][v] >> (4 * j)) & 0xFu) + bi[t];
-#pragma unroll
-        for (int m = 0; m < M_ROWS; ++m)
-#pragma unroll
-          for (int j = 0; j < 8; ++j) acc[m][t] = fmaf(xv[m][j], wf[j], acc[m][t]);
-      }
-    }
-  }
-
-  __shared__ float partial[K_GROUPS][M_ROWS * N_TILE];
-#pragma unroll
-  for (int m = 0; m < M_ROWS; ++m)
-#pragma unroll
-    for (int t = 0; t < N_TILE; ++t) {
-      const float total = dflash2_lane0_sum(acc[m][t]);
-      if (lane == ((m * N_TILE + t) & 31)) partial[g][m * N_TILE + t] = total;
-    }
-  __syncthreads();
-  for (int i = threadIdx.x; i < M_ROWS * N_TILE; i += blockDim.x) {
-    float total = partial[0][i];
-#pragma unroll
-    for (int h = 1; h < K_GROUPS; ++h) total += partial[h][i];  // groups in order
-    const int m = i / N_TILE, t = i % N_TILE;
-    y[m * N + n0 + t] = static_cast<T>(total);
-  }
-"""
-# What SPLIT_K_BODY tiles: each lane of a K group owns whole words of every 32-word (256-value)
-# block (K % (256 * k_groups)), a block writes whole N_TILE column tiles, and the group sums
-# partial[K_GROUPS][M_ROWS * N_TILE] live in static shared memory.
-SPLIT_K_TILING = Tiling(shared_floats=("k_groups", "M", "n_tile"))

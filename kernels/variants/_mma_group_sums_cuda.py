@@ -11,11 +11,11 @@ from kernels.variants._cuda_common import (
     CLUSTER_HEADER,
     MMA_HEADER,
     MMA_TILE_CONSTANTS,
-    NIBBLE_HEADER,
     batch_driver,
     mma_lanes,
 )
 from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
+from kernels.variants._dequant_cuda import NIBBLE_HEADER
 
 # Constants: M_ROWS (<= 16), COL_TILES (16-column tiles a warp owns: n_tile / 16), K_GROUPS,
 # UNROLL (K steps of 128 whose loads go out together), PREFETCH (the next batch's loads before

@@ -13,10 +13,10 @@ import mlx.core as mx
 from kernels.qweights import QWeights
 from kernels.tiling import Tiling
 from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
-from kernels.variants._cuda_common import SPLIT_K_BODY, SPLIT_K_TILING
 from kernels.variants._metal_common import DEQUANT_HEADER
 from kernels.variants._metal_common import SPLIT_K_BODY as METAL_SPLIT_K_BODY
 from kernels.variants._portable import split_k
+from kernels.variants._split_k_cuda import SPLIT_K_BODY, SPLIT_K_TILING
 
 NAME = "narrow_output"
 ROWS = 8
