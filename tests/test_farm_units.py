@@ -3,8 +3,12 @@ embedded plan, and the device job's fault handling (a real pytest subprocess, no
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -121,6 +125,37 @@ def test_device_job_timeout_ends_the_job_with_the_running_test_timed_out():
         "message"]
     assert "test_after" not in res
     assert evs[-1]["status"] == "timeout"
+
+
+_READS_PARENT = ("import os, sys; from farm.runner.device_job import _parent_gone; "
+                 "print(_parent_gone(os.getppid(), float(sys.argv[1])), flush=True)")
+
+
+@pytest.mark.parametrize("killed", [False, True])
+def test_a_pytest_sigkill_waits_a_moment_to_see_whether_the_raylet_is_gone(tmp_path, killed):
+    """A real process tree: a parent (the raylet's part) starts a child that reads it. Left
+    alive, the child answers False once its window ends; SIGKILLed a moment after the child
+    started reading (as a node's teardown kills its raylet), the child answers True within its
+    window: what keeps a SIGKILL of the teardown from being filed as the test's crash."""
+    out = tmp_path / "answer"
+    window = "3.0" if killed else "0.3"
+    middle = (f"import subprocess, sys; subprocess.run([sys.executable, '-c', "
+              f"{_READS_PARENT!r}, {window!r}], stdout=open({str(out)!r}, 'w'))")
+    parent = subprocess.Popen(  # the middle process: starts the reader, then waits on it
+        [sys.executable, "-c", middle], cwd=Path(__file__).resolve().parents[1],
+        start_new_session=True)
+    try:
+        if killed:
+            time.sleep(1.0)  # the reader is inside its window by now
+            os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(timeout=20)
+        deadline = time.monotonic() + 20
+        while not out.read_text().strip() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert out.read_text().strip() == str(killed)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(parent.pid, signal.SIGKILL)
 
 
 def test_run_refuses_a_nonpositive_test_timeout_before_touching_any_cluster():

@@ -51,9 +51,25 @@ HANG_GRACE_S = 10.0  # after --timeout, how long a test may ignore SIGALRM befor
 # worker) is gone, how long to wait to be torn down with the node before reporting the kill
 # as the test's crash after all.
 NODE_TEARDOWN_WAIT_S = 60.0
+# A raylet SIGKILLed is not reparented-from at once: its exit (every thread) can lag the death
+# of the pytest its teardown killed, so that death is read against the parent for this long
+# before it counts as the test's own SIGKILL (once: the kill=crash cluster test, 2026-12-05, read
+# the raylet as alive, streamed the test as crashed and ran the rest on the dying node).
+PARENT_GONE_WAIT_S = 3.0
 MAX_RESTARTS = 1000
 LOG_TAIL = 2000
 _TIMEOUT_MSG = re.compile(r"\bTimeout\b.*>\s*[\d.]+\s*s", re.IGNORECASE)
+
+
+def _parent_gone(parent: int, within: float) -> bool:
+    """Whether this process is (or, within ``within`` seconds, becomes) reparented away from
+    ``parent``: the raylet that started this Ray worker has died."""
+    deadline = time.monotonic() + within
+    while os.getppid() == parent:
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_S / 2)
+    return True
 
 
 def _die_with_parent() -> None:
@@ -296,7 +312,8 @@ def run_job(spec: dict, queue=None) -> Iterator[list[dict]]:
             if ended == "test":
                 restarts += 1
                 continue
-            if follow.current and rc == -signal.SIGKILL and os.getppid() != parent:
+            if (follow.current and rc == -signal.SIGKILL
+                    and _parent_gone(parent, PARENT_GONE_WAIT_S)):
                 # The node is going away (its raylet died; this SIGKILL is its teardown's, not
                 # the test's): report nothing more, so that the driver, told of the node's
                 # death, moves the tests not reported, this one included, to another device.
