@@ -1,7 +1,7 @@
 """On an NVIDIA GPU only (``scripts/h200.sh devtests``): each lever of ``mma_weights_a`` (and of
 ``mma_group_sums``, which is also held to the half-output bound) gives
 the plain register pipeline's output bit for bit, so a tile may change the time and never the
-numbers. CI compiles these tiles (tests/test_cuda_ncu.py), reads their machine code
+numbers. CI compiles these tiles (tests/test_cuda_sweep_points.py), reads their machine code
 (tests/test_cuda_cpu_side.py) and runs their bodies on the CUDA emulator, whose mma rounds as
 no tensor core does (tests/test_cuda_emulated.py); here they meet the device's own.
 

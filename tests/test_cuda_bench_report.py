@@ -1,0 +1,119 @@
+"""The H200 bench's report (bench/cuda_verify_report.py) from its JSON alone, and the bench's
+own weights and paths: what a committed run says, and what a denorm tile ran."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = ROOT / "bench" / "results" / "h200"
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import cuda_verify as cv
+
+from kernels import cuda
+from kernels.qweights import QWeights
+from kernels.variants.mma_weights_a import DEFAULTS
+
+
+def test_the_committed_bench_json_renders_its_committed_markdown():
+    """bench/cuda_verify_report renders a run from its JSON alone: the committed run and the
+    one before give their committed markdown back line for line, and every row of the one-launch
+    table of the newer run that had an ncu pass (the 04:23 UTC run of 2026-12-05 had none) holds
+    the bare read of the row's bytes timed beside its kernels."""
+    from cuda_verify_report import render
+    rendered = {}
+    for name in ("cuda_verify", "previous_run7_cuda_verify"):
+        data = json.loads((H200 / f"{name}.json").read_text())
+        got = render(data).splitlines()
+        assert got == (H200 / f"{name}.md").read_text().splitlines(), name
+        if any("ncu_custom_us" in r for r in data["rows"]):
+            rendered.setdefault("ncu", got)
+    got = rendered["ncu"]
+    head = next(i for i, ln in enumerate(got) if "| ncu bare read µs |" in ln)
+    rows = [ln.split("|") for ln in itertools.takewhile(lambda ln: ln.startswith("| "),
+                                                         got[head + 2:])]
+    col = got[head].split("|").index(" ncu bare read µs ")
+    assert len(rows) == 18 and all(float(r[col]) > 0 for r in rows)
+
+
+def test_a_denorm_row_that_ran_plain_says_so():
+    """A table tile with ``denorm`` on weights whose scales are over its limit runs the plain
+    path (the launch's fallback); the bench's row says so beside the tile, so its times are
+    not read as the denorm tile's. A row that ran it, or a tile without it, reads as before."""
+    from cuda_verify_report import render
+    data = json.loads((H200 / "cuda_verify.json").read_text())
+    first = data["rows"][0]
+    before = render(data).splitlines()
+    for runs, extra in ((True, False), (False, True)):
+        rows = [{**first, "params": {**first["params"], "denorm": 2}, "denorm_runs": runs,
+                 "scales_max_abs": 0.0085}] + data["rows"][1:]
+        got = render({**data, "rows": rows}).splitlines()
+        notes = [ln for ln in got if "ran plain: scales up to 0.0085, over denorm's limit" in ln]
+        assert len(notes) == extra and len(got) == len(before)
+
+
+def test_the_report_states_each_miss_of_the_goal_in_us():
+    """The bench says by how much a row misses 70% of its run's ceiling (issue 14), from ncu's
+    time alone where the run has one, else from the chain; a row at the goal is met."""
+    from cuda_verify_report import goal_lines
+    rows = [{"shape": "gate_up", "dtype": "bfloat16", "M": 8, "floor_us": 14.0,
+             "ncu_custom_us": 20.0, "chain_custom_compiled_us": 30.0},
+            {"shape": "down", "dtype": "float16", "M": 8, "floor_us": 14.0,
+             "ncu_custom_us": 23.0, "chain_custom_compiled_us": 24.0},
+            {"shape": "down", "dtype": "float16", "M": 16, "floor_us": 14.0,
+             "chain_custom_compiled_us": 21.0},
+            {"shape": "vocab", "dtype": "float16", "M": 16, "floor_us": 14.0}]
+    got = [ln.split("|") for ln in goal_lines({"rows": rows}) if ln.startswith("| ")][1:]
+    assert [c[10].strip() for c in got] == [
+        "met", "missed by 3.0 µs (ncu)", "missed by 1.0 µs (chain)"]
+    assert [c[5].strip() for c in got] == ["20.0"] * 3
+    assert got[1][7].strip() == "+3.0 (+15%)" and got[0][9].strip() == "+10.0 (+50%)"
+    assert goal_lines({"rows": rows[3:]}) == []
+    # the committed run: gate/up and down miss at M=8, the vocab head meets it
+    md = (H200 / "cuda_verify.md").read_text()
+    verdict = {tuple(c.strip() for c in ln.split("|")[1:4]): ln.split("|")[10].strip()
+               for ln in md[md.index("**Against the goal**"):].splitlines()
+               if ln.startswith("| ") and ln.count("|") == 11 and "shape" not in ln}
+    assert verdict[("vocab", "bfloat16", "8")] == "met"
+    assert verdict[("gate_up", "bfloat16", "8")].startswith("missed by 3.9")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_benchs_weights_allow_denorm_and_its_compiled_path_says_so(dtype, monkeypatch):
+    """The bench's weights (its own quantization, gate/up's and down's K) have scales well
+    inside ``denorm``'s limit, so its tiles run as such on the device; and the compiled path,
+    whose launch sees only tracers, is told the copies' largest scale by the bench's own check
+    of every copy, not left to time the plain path under a denorm tile's name. A copy with one
+    scale at the limit turns it off, and the rows say which path a denorm tile ran."""
+    dt = cv.DTYPES[dtype]
+    limit = cuda.DENORM_SCALE_LIMIT[dtype, 1]
+    for k in (5120, 17408):
+        copies = cv.make_copies(k, 128, dt, 2)
+        magnitude = cv.scale_magnitude(copies)
+        worst = max(mx.abs(c.scales).max().item() for c in copies)
+        assert magnitude == worst < limit / 2, (k, worst)  # room, not a near miss
+        assert cuda.denorm_fits(magnitude, dtype, 1)
+    s = copies[0].scales
+    bad = QWeights(copies[0].wq, s.at[0, 0].add(limit - s[0, 0]), copies[0].biases,
+                   cv.GS, cv.BITS)
+    assert not cuda.denorm_fits(cv.scale_magnitude([copies[1], bad]), dtype, 1)
+    seen = []
+    monkeypatch.setattr(cv.cuda, "launch", lambda name, x, qw, params: seen.append(qw))
+    for told in (magnitude, None):
+        paths = cv.paths_for("mma_weights_a", {**DEFAULTS, "denorm": 1}, told)
+        paths["custom_compiled"](mx.zeros((8, 5120), dt), copies[0])
+        assert seen[-1].scales_max_abs == told
+    # the record: fp16's denorm 2 (times 2^24) stops at 2^-8, bf16's at 2^-5, as at denorm 1
+    two = {**DEFAULTS, "denorm": 2}
+    assert cv.denorm_record(DEFAULTS, dtype, 0.005) == {}
+    assert cv.denorm_record(two, dtype, 0.005) == {"denorm_runs": dtype == "bfloat16",
+                                                   "scales_max_abs": 0.005}
+    assert cv.denorm_record(two, dtype, 0.003)["denorm_runs"]

@@ -1,0 +1,215 @@
+"""The cold sweep's points (bench/sweep_points.py) and its checks: every point against its plain
+register twin, the tiles h200.sh's diagnose and denorm runs launch, each compiling for sm_90."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = ROOT / "bench" / "results" / "h200"
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import cuda_verify as cv
+import sweep_points as sp
+
+from kernels import cuda, cuda_offline
+from kernels.qweights import QWeights
+from kernels.variants import VARIANTS
+
+# the chooser's defaults: each variant the sweep runs
+SWEPT = {name: VARIANTS[name].DEFAULTS for name in sp.SWEPT}
+
+
+def test_the_sweep_and_the_ncu_run_drop_the_same_points():
+    """``--no-ring`` drops the cp.async ring's tiles but not the bulk pipeline's (which also has
+    stages); ``--no-bulk`` (a failed bulk smoke test) drops the bulk pipeline's."""
+    ring, bulk, plain = (32, 4, 1, 0, 3), ((32, 4, 1, 0, 6), {"bulk": 1}), (32, 4, 2, 0, 0)
+    gsums = ((32, 4, 1, 0, 0), sp.GSUMS)  # a variant with neither stages nor bulk: kept
+    pts = [ring, bulk, plain, gsums]
+    assert sp.selected(pts) == pts
+    assert sp.selected(pts, no_ring=True) == [bulk, plain, gsums]
+    assert sp.selected(pts, no_bulk=True) == [ring, plain, gsums]
+    assert sp.selected(pts, True, True) == [plain, gsums]
+
+
+def test_the_reference_of_every_sweep_point_is_the_plain_register_pipeline():
+    """A point must equal the plain register pipeline at its (n_tile, k_groups) bit for bit;
+    the reference takes every other key from the variant's defaults, so a lever added later
+    (``hi_in_place``) is never in both sides of the check."""
+    variants = set()
+    for op in sp.POINTS:
+        for pt in sp.POINTS[op]:
+            p = sp.as_params(pt)
+            name = p.get("variant", "mma_weights_a")
+            variants.add(name)
+            twin = {**SWEPT[name], "n_tile": p["n_tile"], "k_groups": p["k_groups"],
+                    "unroll": 1}
+            assert sp.register_twin(p) == (twin if name == "mma_weights_a"
+                                           else {"variant": name, **twin})
+    assert any(sp.as_params(pt).get("hi_in_place") for pt in sp.POINTS["gate_up"])
+    assert variants == set(SWEPT)  # each variant its own twin, never the other's
+
+
+@pytest.mark.skipif(cuda_offline.nvcc() is None, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("op", ["gate_up", "down"])
+def test_every_tile_of_the_next_sweep_compiles_for_sm90_without_spills(op):
+    """The next device session runs these blind of any compiler but NVRTC's: each tile of
+    ``POINTS`` must assemble for sm_90 in fp16 at M=8 and 16 with no register spilled (a
+    spill would be timed, not found), and bf16 refuses ``hi_in_place`` before any launch."""
+
+    k, n = cv.SHAPES[op]
+    for pt in sp.POINTS[op]:
+        name, p = sp.launch_of(sp.as_params(pt))
+        for m in (8, 16):
+            cfg = cuda.launch_config(name, m, k, n, 64, "float16", p)
+            rep = cuda_offline.compile_launch(name, cfg)
+            assert rep.registers > 0 and rep.spill_bytes == 0, (name, p, m, rep)
+        if p.get("hi_in_place"):
+            with pytest.raises(ValueError, match="float16 only"):
+                cuda.launch_config(name, 8, k, n, 64, "bfloat16", p)
+
+
+def test_the_cold_sweeps_best_row_is_launched_with_every_lever_it_was_timed_with():
+    """ncu's cold-best path and the sweep's final timings launch a row's tile through
+    ``tile_of``: every key the variant takes, ``hi_in_place`` included, no timing."""
+    row = {"n_tile": 32, "k_groups": 4, "unroll": 1, "prefetch": 1, "x_early": 0,
+           "hi_in_place": 1, "us": 21.0, "ok": True, "exact_vs_register": True}
+    assert sp.tile_of(row) == {"n_tile": 32, "k_groups": 4, "unroll": 1, "prefetch": 1,
+                                "x_early": 0, "hi_in_place": 1}
+
+
+def test_the_sweeps_tables_have_a_column_for_every_key_they_print():
+    """Rows printed every key while the headers named the first seven (min_blocks, bulk and
+    hi_in_place came later): each table's rows now have exactly its header's cells, and a
+    ``hi_in_place`` point is told apart from its twin."""
+    import cuda_verify_cold_sweep as cs
+
+    res = json.loads((H200 / "bulk_packed_cold_sweep.json").read_text())
+    e = next(iter(res["shapes"].values()))
+    e["points"].append({**e["points"][0], "hi_in_place": 1})
+    tables, cur = [], None
+    for ln in cs.render(res).splitlines():
+        if ln.startswith("| shape"):
+            cur = [ln.count("|")]
+            tables.append(cur)
+        elif cur and ln.startswith(("| gate_up", "| down")):
+            cur.append(ln.count("|"))
+    assert len(tables) == 2 and all(len(set(t)) == 1 and len(t) > 1 for t in tables)
+    assert "hi_in_place" in cs.render(res)
+
+
+def test_the_diagnostic_tiles_are_the_tables_and_the_balanced_ones_and_all_launch():
+    """h200.sh diagnose times the table's M=8 bf16 tiles ablated (1 and 2) and the BALANCED
+    gate/up tiles: taken from the table and the set, so they follow whatever ships, and each
+    one builds a launch at both shapes (a tile that cannot would cost the run an error)."""
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    ablate = sp.diagnostic_tiles("ablate", table)
+    shipped = {(e["shapes"][0], e["variant"]) for e in table["entries"]
+               if e["devices"] == ["sm_90"] and e["M"] == 8 and e["dtypes"] == ["bfloat16"]
+               and e["shapes"][0] in ("gate_up", "down")}
+    weights_a = sum(v == sp.NAME for _, v in shipped)  # whose math alone is also denormed
+    assert sorted({t["ablate"] for t in ablate}) == [1, 2]
+    assert len(ablate) == 4 + 2 * weights_a and weights_a >= 1
+    assert sorted(t.get("denorm", 0) for t in ablate if t["ablate"] == 2) == \
+        [0] * 2 + [1, 2] * weights_a
+    assert {t.get("variant", sp.NAME) for t in ablate} == {v for _, v in shipped}
+    balanced = sp.diagnostic_tiles("balanced", table)
+    assert [t["n_tile"] for t in balanced] == [16] * 4 and {t["k_groups"] for t in balanced} == {2}
+    for t in ablate + balanced:
+        for op in ("gate_up", "down"):
+            k, n = cv.SHAPES[op]
+            name, p = sp.launch_of(t)
+            assert cuda.launch_config(name, 8, k, n, 64, "bfloat16", p).grid > 0
+    with pytest.raises(ValueError, match="no diagnostic tiles named 'hot'"):
+        sp.diagnostic_tiles("hot", table)
+
+
+def test_check_only_flags_a_lever_that_changes_the_output_and_renders_without_timings(
+        monkeypatch):
+    """``--check-only``'s per-point check on a stand-in kernel (MLX's CUDA factory replaced by
+    an MLX computation, as tests/test_cuda_launch_cache.py does) whose output moves by 2^-7
+    under ``hi_in_place``: that point is not bit-exact against its register twin and not ok,
+    the twin and a faithful lever are; a tile that does not tile is an error row. A point of
+    ``mma_group_sums`` (whose stand-in rounds otherwise, as its contract does) at the same
+    (n_tile, k_groups) is checked against its own twin, not mma_weights_a's. The check-only
+    report renders with no ceiling and no timings."""
+    import cuda_verify_cold_sweep as cs
+
+    from kernels import cuda
+
+    def factory(name, input_names, output_names, source, header=""):
+        def kernel(*, inputs, template, grid, threadgroup, output_shapes, output_dtypes):
+            x, w, s, b = (mx.array.astype(a, mx.float32) if a.dtype != mx.uint32 else a
+                          for a in inputs)
+            y = mx.quantized_matmul(x, w, s, b, transpose=True,
+                                    group_size=dict(template)["GS"], bits=4)
+            if dict(template).get("HI_IN_PLACE"):
+                y = y * (1 + 2.0 ** -7)  # a lever that is not faithful
+            if "group_sums" in name:
+                y = y * (1 - 2.0 ** -9)  # another contract: other roundings
+            return [mx.array.astype(y, output_dtypes[0])]
+        return kernel
+
+    monkeypatch.setattr(mx.fast, "cuda_kernel", factory)
+    cuda.clear_caches()
+    try:
+        k, n = 256, 64
+        qw = QWeights.quantize(mx.random.normal((n, k), key=mx.random.key(0)) / 16, 64, 4,
+                               mx.float16)
+        x = mx.random.normal((8, k), key=mx.random.key(1)).astype(mx.float16)
+        ys = mx.quantized_matmul(x, qw.wq, qw.scales, qw.biases, transpose=True,
+                                 group_size=64, bits=4)
+        twins: dict = {}
+        base = sp.as_params((32, 1, 1, 0, 0))
+        top = cuda.scale_magnitude(qw.scales)
+        assert cuda.denorm_fits(top, "float16", 1) and not cuda.denorm_fits(top, "float16", 2)
+        rows = [cs.check_point({**base, **extra}, x, qw, ys, twins, top)
+                for extra in ({}, {"prefetch": 1}, {"hi_in_place": 1}, {"k_groups": 3},
+                              {"denorm": 1}, {"denorm": 2})]
+        gsums = cs.check_point(sp.as_params(((32, 1, 1, 1, 0), sp.GSUMS)), x, qw, ys, twins,
+                               top)
+    finally:
+        cuda.clear_caches()
+    plain, prefetched, hi, bad, dn1, dn2 = rows
+    rows = rows[:4]
+    # denorm where the scales allow it is checked as any lever; where they do not, the tile
+    # would run plain, so it is no candidate and is not launched
+    assert dn1["ok"] and dn1["denorm_runs"] and dn1["scales_max_abs"] == top
+    assert dn2["ok"] is False and "over its limit" in dn2["error"]
+    assert dn2["denorm_runs"] is False and "exact_vs_register" not in dn2
+    assert plain["ok"] and plain["exact_vs_register"] and prefetched["ok"]
+    assert gsums["ok"] and gsums["exact_vs_register"] and gsums["variant"] == "mma_group_sums"
+    assert hi["exact_vs_register"] is False and hi["ok"] is False
+    assert "error" in bad and "ok" not in bad
+    res = {"device": {"chip": "stand-in", "arch": "sm_90", "mlx_version": mx.__version__},
+           "measured_at": "now", "method": {"batch": 0, "reps": 0},
+           "shapes": {"gate_up/float16": {"dtype": "float16", "point_m": 8, "points": rows,
+                                          "final": []}}}
+    md = cs.render(res)
+    assert "**Check only**" in md and "TB/s" not in md
+    hi_line = next(ln for ln in md.splitlines() if "| False |" in ln)
+    assert "| - | - | False |" in hi_line  # no time, no % of ceiling
+
+
+def test_the_m16_ablated_tiles_are_the_tables_m16_tiles_and_launch_at_m16():
+    """``ablate16``: the table's M=16 gate/up and down bf16 tiles with a part taken out, each
+    building a launch at M=16 on both shapes."""
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    tiles = sp.diagnostic_tiles("ablate16", table)
+    shipped = [sp.point_of(e["variant"], e["params"]) for e in table["entries"]
+               if e["devices"] == ["sm_90"] and e["M"] == 16 and e["dtypes"] == ["bfloat16"]
+               and e["shapes"][0] in ("gate_up", "down")]
+    assert len(shipped) == 2
+    assert tiles == [x for t in shipped for x in [{**t, "ablate": a} for a in (1, 2)] + (
+        [{**t, "denorm": d, "ablate": 2} for d in (1, 2)] if "variant" not in t else [])]
+    for t in tiles:
+        for op in ("gate_up", "down"):
+            k, n = cv.SHAPES[op]
+            name, p = sp.launch_of(t)
+            assert cuda.launch_config(name, 16, k, n, 64, "bfloat16", p).grid > 0

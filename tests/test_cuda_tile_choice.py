@@ -1,0 +1,184 @@
+"""The tiles chosen from ncu's time of each launch ALONE, per shape, dtype and M (issue 14):
+scripts/regen_sm90_table.py --choose-from-ncu on committed ncu output and cold sweeps, and the
+chosen table's launches. Pure Python: no GPU, no ncu."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = ROOT / "bench" / "results" / "h200"
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import cuda_verify_ncu as cvn
+import regen_sm90_table as regen
+import sweep_points as sp
+
+from kernels import cuda
+from kernels.variants import VARIANTS
+from kernels.variants.mma_weights_a import DEFAULTS
+
+# The first ncu run (2026-12-03 18:38 UTC): bf16 at M=8, per shape stock, the shipped tile and the
+# cold sweep's best, one launch each, with the SpeedOfLight/Occupancy/WarpStateStats sections.
+NCU_COLD = H200 / "previous_ncu_cold.csv"
+# the chooser's defaults: each variant the sweep runs
+SWEPT = {name: VARIANTS[name].DEFAULTS for name in sp.SWEPT}
+
+
+def _launches() -> list[dict]:
+    return [{**k, "us": cvn.duration_us(k)} for k in cvn.parse(NCU_COLD.read_text())]
+
+
+def test_the_m8_tile_is_the_fastest_alone_and_exact():
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    # the table as it was before the choice: the hot sweep's gate_up bf16 tile
+    for e in table["entries"]:
+        if e["devices"] == ["sm_90"] and e["shapes"] == ["gate_up"] and e["M"] == 8 and \
+                e["dtypes"] == ["bfloat16"]:
+            e.update(variant="mma_weights_a",
+                     params={"n_tile": 32, "k_groups": 1, "unroll": 1, "prefetch": 1})
+            e.pop("candidate", None)
+    # the first cold sweep (2026-12-03 18:32 UTC) ran and checked the gate_up bf16 tiles
+    cold = json.loads((H200 / "previous_cuda_verify_cold_sweep.json").read_text())
+    new, rec = regen.choose_tiles(table, _launches(), cold, SWEPT, "ncu_cold.csv")
+    c = rec["choices"]["gate_up/bfloat16/8"]
+    assert c["chosen"] == {"n_tile": 32, "k_groups": 4, "unroll": 2, "prefetch": 0}
+    assert c["us"] == pytest.approx(27.648) and c["previous_us"] == pytest.approx(50.56)
+    e = next(e for e in new["entries"] if e["devices"] == ["sm_90"] and
+             e["shapes"] == ["gate_up"] and e["M"] == 8 and e["dtypes"] == ["bfloat16"])
+    assert (e.get("candidate") or e)["params"] == c["chosen"] and "ncu time alone" in e["chosen"]
+    # a tile the cold sweep did not find bit-exact, or did not run, is never chosen
+    for points in ([{**DEFAULTS, "n_tile": 32, "k_groups": 4, "unroll": 2, "prefetch": 0,
+                     "ok": False}], [{**DEFAULTS, "n_tile": 32, "k_groups": 4, "unroll": 2,
+                                      "prefetch": 0, "skipped": "time budget"}], []):
+        bad = {"shapes": {"gate_up/bfloat16": {"points": points}}}
+        new, rec = regen.choose_tiles(table, _launches(), bad, SWEPT, "ncu_cold.csv")
+        assert "skipped" in rec["choices"]["gate_up/bfloat16/8"]
+        assert new["entries"] == table["entries"]
+
+
+def _gate_up_bf16(table: dict, m: int) -> dict:
+    return next(e for e in table["entries"] if e["devices"] == ["sm_90"] and
+                e["shapes"] == ["gate_up"] and e["M"] == m and e["dtypes"] == ["bfloat16"])
+
+
+def test_an_fp16_tile_with_hi_in_place_can_be_chosen_and_launched_from_the_table():
+    """A lever added after the chooser was written goes through it: the sweep's row keeps
+    ``hi_in_place``, ncu's label carries it, the chosen params keep it (a default is left
+    out), and the table's entry then launches with it."""
+
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    e = next(e for e in table["entries"] if e["devices"] == ["sm_90"] and
+             e["shapes"] == ["gate_up"] and e["M"] == 8 and e["dtypes"] == ["float16"])
+    shipped = (e.get("candidate") or e)["params"]
+    hi = {**shipped, "hi_in_place": 1}
+    launches = [{"label": "gate_up float16 M=8 stock x2", "name": "qmm_sm80", "us": 82.0},
+                {"label": f"gate_up float16 M=8 custom {shipped}", "name": "dflash2_x",
+                 "us": 24.1},
+                {"label": f"gate_up float16 M=8 tile {hi}", "name": "dflash2_x", "us": 22.5}]
+    cold = {"shapes": {"gate_up/float16": {"points": [
+        {**DEFAULTS, **hi, "ok": True, "exact_vs_register": True, "us": 22.0}]}}}
+    new, rec = regen.choose_tiles(table, launches, cold, SWEPT, "synthetic")
+    chosen = rec["choices"]["gate_up/float16/8"]["chosen"]
+    assert chosen == {k: v for k, v in {**DEFAULTS, **hi}.items()
+                      if k in regen.CORE_KEYS or v != DEFAULTS[k]}
+    assert chosen["hi_in_place"] == 1
+    ne = next(x for x in new["entries"] if x["devices"] == ["sm_90"] and
+              x["shapes"] == ["gate_up"] and x["M"] == 8 and x["dtypes"] == ["float16"])
+    params = (ne.get("candidate") or ne)["params"]
+    cfg = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "float16", params)
+    assert cfg.template["HI_IN_PLACE"] is True
+
+
+def test_a_tile_of_another_variant_is_chosen_with_its_variant():
+    """A point of ``mma_group_sums`` goes through the sweep's row, ncu's label and the choice
+    with its variant: the entry then selects that variant with that variant's params (its
+    defaults left out), and a tile of it the sweep did not find exact is never chosen."""
+
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    e = _gate_up_bf16(table, 8)
+    shipped = (e.get("candidate") or e)["params"]
+    gs = sp.as_params(((32, 4, 1, 0, 0), {"variant": "mma_group_sums"}))
+    launches = [{"label": "gate_up bfloat16 M=8 stock x2", "name": "qmm_sm80", "us": 88.0},
+                {"label": f"gate_up bfloat16 M=8 custom {shipped}", "name": "dflash2_x",
+                 "us": 24.0},
+                {"label": f"gate_up bfloat16 M=8 tile {gs}", "name": "dflash2_x", "us": 19.0}]
+    row = {**gs, "ok": True, "exact_vs_register": True}
+    new, rec = regen.choose_tiles(table, launches, {"shapes": {"gate_up/bfloat16": {
+        "points": [row]}}}, SWEPT, "synthetic")
+    c = rec["choices"]["gate_up/bfloat16/8"]
+    assert c["variant"] == "mma_group_sums" and c["previous_variant"] == "mma_weights_a"
+    assert c["chosen"] == {"n_tile": 32, "k_groups": 4, "unroll": 1, "prefetch": 0}
+    ne = _gate_up_bf16(new, 8)
+    assert ne["variant"] == "mma_group_sums" and ne["params"] == c["chosen"]
+    cfg = cuda.launch_config(ne["variant"], 8, 5120, 17408, 64, "bfloat16", ne["params"])
+    assert cfg.template["UNROLL"] == 1 and "STAGES" not in cfg.template
+    # the same tile of mma_weights_a checked is not this one: no choice
+    other = {kk: v for kk, v in row.items() if kk != "variant"}
+    new, rec = regen.choose_tiles(table, launches, {"shapes": {"gate_up/bfloat16": {
+        "points": [other]}}}, SWEPT, "synthetic")
+    assert "skipped" in rec["choices"]["gate_up/bfloat16/8"] and new["entries"] == table["entries"]
+
+
+def test_the_choice_reads_one_ncu_csv_a_shape(tmp_path):
+    """ncucold runs once a shape when the set outgrows a call (h200.sh: NCU_TAG, NCU_CSVS):
+    ``--choose-from-ncu a.csv,b.csv`` takes both, and each shape's entry gets its fastest
+    checked tile, here one of each variant."""
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+
+    def entry(shape):
+        return next(e for e in table["entries"] if e["devices"] == ["sm_90"] and
+                    e["shapes"] == [shape] and e["M"] == 8 and e["dtypes"] == ["bfloat16"])
+    gsums = sp.as_params(((16, 8, 1, 0, 0), sp.GSUMS))
+    plain = sp.as_params((32, 4, 1, 1, 0))
+    csvs, cold = [], {"shapes": {}}
+    for shape, tile in (("gate_up", gsums), ("down", plain)):
+        shipped = (entry(shape).get("candidate") or entry(shape))["params"]
+        f = tmp_path / f"ncu_cold_{shape}.csv"
+        f.write_text(cvn.csv_of([(f"{shape} bfloat16 M=8 stock", "qmm_sm80_kernel", 80.0),
+                               (f"{shape} bfloat16 M=8 custom {shipped}", "dflash2_a", 25.0),
+                               (f"{shape} bfloat16 M=8 tile {tile}", "dflash2_b", 20.0)]))
+        csvs.append(str(f))
+        cold["shapes"][f"{shape}/bfloat16"] = {"points": [{**tile, "ok": True}]}
+    (tmp_path / "cold.json").write_text(json.dumps(cold))
+    out, rec = tmp_path / "table.json", tmp_path / "choice.json"
+    assert regen.main(["--choose-from-ncu", ",".join(csvs), "--cold-sweep",
+                       str(tmp_path / "cold.json"), "--out", str(out),
+                       "--choice-out", str(rec)]) == 0
+    choices = json.loads(rec.read_text())["choices"]
+    assert choices["gate_up/bfloat16/8"]["variant"] == "mma_group_sums"
+    assert choices["down/bfloat16/8"]["variant"] == "mma_weights_a"
+    assert choices["down/bfloat16/8"]["chosen"] == {"n_tile": 32, "k_groups": 4, "unroll": 1,
+                                                    "prefetch": 1}
+    new = json.loads(out.read_text())
+    assert new["entries"] != table["entries"]
+
+
+def test_an_m16_tile_is_chosen_only_from_tiles_checked_at_m16():
+    """Each M's entry gets the tile fastest alone at that M; a sweep that checked the tiles at
+    M=8 does not qualify them at M=16 (a tile's correctness and tiling depend on M)."""
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    m16 = {**_gate_up_bf16(table, 8), "M": 16, "variant": "stock", "params": {},
+           "candidate": {"variant": "mma_weights_a",
+                         "params": {"n_tile": 32, "k_groups": 1, "unroll": 1, "prefetch": 1}}}
+    m16.pop("chosen", None)
+    table["entries"] = [e for e in table["entries"] if not (
+        e["devices"] == ["sm_90"] and e["shapes"] == ["gate_up"] and e["M"] == 16
+        and e["dtypes"] == ["bfloat16"])] + [m16]
+    at16 = [{**k, "label": k["label"].replace(" M=8 ", " M=16 ")} for k in _launches()]
+    cold8 = json.loads((H200 / "previous_cuda_verify_cold_sweep.json").read_text())
+    new, rec = regen.choose_tiles(table, at16, cold8, SWEPT, "ncu_cold.csv")
+    assert "skipped" in rec["choices"]["gate_up/bfloat16/16"]
+    assert new["entries"] == table["entries"]
+    cold16 = {"shapes": {f"{k}/16": {**e, "point_m": 16} for k, e in cold8["shapes"].items()}}
+    new, rec = regen.choose_tiles(table, at16, cold16, SWEPT, "ncu_cold.csv")
+    c = rec["choices"]["gate_up/bfloat16/16"]
+    assert c["chosen"] == {"n_tile": 32, "k_groups": 4, "unroll": 2, "prefetch": 0}
+    e16 = _gate_up_bf16(new, 16)
+    assert e16["variant"] == "stock" and e16["candidate"]["params"] == c["chosen"]
+    assert _gate_up_bf16(new, 8) == _gate_up_bf16(table, 8)  # M=8 launches: none in the CSV
