@@ -112,6 +112,12 @@ def denorm_record(params, dtype: str, magnitude: float) -> dict:
             "scales_max_abs": magnitude}
 
 
+def runs_plain(params, dtype: str, magnitude: float) -> bool:
+    """A ``denorm`` tile that scales of this largest magnitude would run as its plain self:
+    no time of it may be filed under its name (the sweep refuses it, ncu skips it)."""
+    return denorm_record(params, dtype, magnitude).get("denorm_runs") is False
+
+
 def paths_for(name: str, params: dict, scales_max_abs: float | None = None) -> dict:
     """The four timed paths, each a function of (x, weights). Eager custom is called the way
     the runtime calls it: ``cuda.launch`` on the layer's QWeights, made once at load (each

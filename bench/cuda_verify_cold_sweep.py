@@ -66,7 +66,7 @@ def check_point(p: dict, x: mx.array, one, ys: mx.array, register_out: dict,
     its plain twin: it is not a candidate (``ok`` false), so no plain time is chosen under its
     name."""
     row = {**p, **cv.denorm_record(p, dtype_name(x.dtype), magnitude)}
-    if row.get("denorm_runs") is False:
+    if cv.runs_plain(p, dtype_name(x.dtype), magnitude):
         row["ok"] = False
         row["error"] = "denorm: the weights' scales are over its limit (it would run plain)"
         return row

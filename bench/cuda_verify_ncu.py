@@ -301,7 +301,7 @@ def main(argv=None) -> int:
                 tiles += [("tile", sp.as_params(pt))
                           for pt in sp.selected(sp.POINTS[op], args.no_ring, args.no_bulk)]
             for label, p in tiles:
-                if cv.denorm_record(p, dt_name, magnitude).get("denorm_runs") is False:
+                if cv.runs_plain(p, dt_name, magnitude):
                     # these weights would run it plain: its time would be the plain tile's
                     print(f"NCU_SKIP {op} {dt_name} {label} {p}: scales over denorm's limit "
                           f"({magnitude:.3g})", flush=True)

@@ -172,17 +172,6 @@ def render(data: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-def with_plain_twins(points: list) -> list:
-    """Each denorm point beside its plain self, as ncu times them; a plain self once where
-    two modes' points share it."""
-    out = []
-    for p in points:
-        for pt in (p, (p[0], {**p[1], "denorm": 0})):
-            if pt not in out:
-                out.append(pt)
-    return out
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "sass_static.json"))
@@ -197,7 +186,7 @@ def main(argv=None) -> int:
         return 2
     points = sp.SETS[args.points]
     if args.points == "denorm":  # each denorm tile beside its plain self, as ncu times them
-        points = {op: with_plain_twins(pts) for op, pts in points.items()}
+        points = {op: sp.with_plain_twins(pts) for op, pts in points.items()}
     data = {**run([int(v) for v in args.ms.split(",")], points=points), "points": args.points}
     out = Path(args.out)
     out.write_text(json.dumps(data, indent=1) + "\n")

@@ -305,6 +305,17 @@ SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "2026-12-04-bu
 ABLATE_AT = {"ablate": 8, "ablate16": 16}
 
 
+def with_plain_twins(points: list) -> list:
+    """Each denorm point beside its plain self (the same run's baseline); a plain self once
+    where two modes' points share it."""
+    out = []
+    for p in points:
+        for pt in (p, (p[0], {**p[1], "denorm": 0})):
+            if pt not in out:
+                out.append(pt)
+    return out
+
+
 def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
     """The tiles of h200.sh's ``diagnose`` run, as ``cuda_verify_ncu --tiles`` takes them:
     ``balanced``, the BALANCED points; ``cluster``, the CLUSTERED points; ``ablate``
@@ -319,11 +330,7 @@ def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
     shape = kind.removeprefix("denorm_")
     if shape != kind and shape in DENORMED:
         # a shape's denormed tiles, each beside its plain self (the same run's baseline)
-        out = []
-        for pt in DENORMED[shape]:
-            p = as_params(pt)
-            out += [t for t in (p, {**p, "denorm": 0}) if t not in out]
-        return out
+        return [as_params(pt) for pt in with_plain_twins(DENORMED[shape])]
     if kind not in ABLATE_AT:
         raise ValueError(f"no diagnostic tiles named {kind!r} (balanced, cluster, denorm_gate_up, "
                          f"denorm_down, "

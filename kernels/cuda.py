@@ -163,7 +163,7 @@ def _miss(name: str, x: mx.array, qw: QWeights, params: dict) -> mx.array:
         if lx.denorm:
             seen = (qw.scales_max_abs if scales is qw.scales else None) if traced \
                 else scale_magnitude(scales)
-            if seen is None or not denorm_fits(seen, dtype_name(scales.dtype), lx.denorm):
+            if not denorm_runs(params, dtype_name(scales.dtype), seen):
                 runs = plain_nibbles(params)
                 lx = _operands(name, x, qw, runs)[0]  # the same operands: denorm moves nothing
         if traced:

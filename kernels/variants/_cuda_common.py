@@ -6,7 +6,6 @@ body, so the sources below only name inputs (x, w, scales, biases), the output (
 template constants.
 """
 
-
 CUDA_HEADER = r"""
 // Eight consecutive activations as float32: one 16-byte load for 2-byte types, two for float.
 template <typename T>
