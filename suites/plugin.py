@@ -12,25 +12,21 @@ written and flushed as it happens. docs/CONTRACTS.md and docs/RESULTS_FORMAT.md 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
 import platform
 import socket
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import IO, Any
 
-import mlx.core as mx
-import numpy as np
 import pytest
 
 from devices.errors import Dflash2Error
 from devices.identity import ENV_ARCH, DeviceIdentity, current_device
 from dflash2.runtime_context import run_context
-from kernels.recorder import Selection, recording
 from suites.expectations import (
     CATEGORIES,
     Expectations,
@@ -39,20 +35,26 @@ from suites.expectations import (
     device_tags,
     load_expectations,
 )
+
+# ``measure`` is imported to be the plugin's fixture: pytest finds fixtures in a plugin's namespace
+from suites.measure import MEASURE_KEY, PROPERTY, measure  # noqa: F401
+from suites.outcome import (
+    failure_message,
+    failure_output,
+    is_timeout,
+    outcome_of,
+    split_nodeid,
+    unfinished_message,
+)
 from suites.session import suite_name
 
 SCHEMA = 1
-PROPERTY = "dflash2"  # the user_properties key that carries a test's measure payload
 SUITES_DIR = Path(__file__).resolve().parent
 DEFAULT_EXPECTATIONS = SUITES_DIR / "expectations.txt"
-MESSAGE_LINES = 5
-MESSAGE_CHARS = 500
-OUTPUT_CHARS = 200_000  # a failure's whole text, cut in the middle past this
 FAILING_OUTCOMES = ("failed", "error", "timeout", "crashed")  # those a result carries output for
 SUMMARY_LIST = 10  # node ids listed per category in the terminal summary
 
 _SESSION = pytest.StashKey["FarmSession"]()
-_MEASURE = pytest.StashKey["Measure"]()
 
 
 class FarmHookspecs:
@@ -98,79 +100,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     session = config.stash.get(_SESSION, None)
     if session is not None:
         session.restore_env()
-
-
-# ---------------------------------------------------------------------------------------------
-# The measure fixture
-
-
-class Measure:
-    """What one test observed: named measurements, kernel selections and output fingerprints.
-
-    The payload is plain data stored in ``item.user_properties`` as ``("dflash2", payload)``,
-    so junitxml and xdist carry it like any other property.
-    """
-
-    def __init__(self, payload: dict[str, list[dict[str, Any]]], sink: list[Selection]) -> None:
-        self._payload = payload
-        self._sink = sink
-
-    def record(self, name: str, value: float, unit: str | None = None,
-               bound: float | None = None) -> None:
-        """Record one figure (non-finite values are kept here and become null in JSONL)."""
-        if not isinstance(name, str) or not name:
-            raise ValueError("measure.record: name must be a non-empty string")
-        self._payload["measurements"].append({
-            "name": name,
-            "value": float(value),
-            "unit": None if unit is None else str(unit),
-            "bound": None if bound is None else float(bound),
-        })
-
-    def fingerprint(self, key: str, array: Any) -> str:
-        """Record and return the sha256 of ``array``'s float32 bytes (C order)."""
-        digest, shape, dtype = _fingerprint(array)
-        self._payload["fingerprints"].append(
-            {"key": str(key), "digest": digest, "shape": shape, "dtype": dtype})
-        return digest
-
-    @property
-    def selections(self) -> list[Selection]:
-        """Kernel selections observed so far in this test (deduplicated, in order)."""
-        return list(self._sink)
-
-    def sync(self) -> None:
-        """Copy the selections into the payload as plain dicts (before each report is made)."""
-        self._payload["selections"] = [s.to_json() for s in self._sink]
-
-
-@pytest.fixture
-def measure(request: pytest.FixtureRequest) -> Iterator[Measure]:
-    """Record measurements, fingerprints and (automatically) the kernel selections of a test."""
-    payload: dict[str, list[dict[str, Any]]] = {
-        "measurements": [], "selections": [], "fingerprints": []}
-    request.node.user_properties.append((PROPERTY, payload))
-    with recording() as sink:
-        m = Measure(payload, sink)
-        request.node.stash[_MEASURE] = m
-        yield m
-        m.sync()
-
-
-def float32_digest(array: Any) -> str:
-    """sha256 hex digest of ``array`` cast to float32, C-contiguous (mlx or numpy)."""
-    return _fingerprint(array)[0]
-
-
-def _fingerprint(array: Any) -> tuple[str, list[int], str]:
-    if isinstance(array, mx.array):
-        dtype = str(array.dtype).removeprefix("mlx.core.")
-        data = np.asarray(array.astype(mx.float32))
-    else:
-        data = np.asarray(array)
-        dtype = str(data.dtype)
-    data = np.ascontiguousarray(data, dtype=np.float32)
-    return hashlib.sha256(data.tobytes()).hexdigest(), list(data.shape), dtype
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,11 +207,11 @@ class FarmSession:
     def pytest_runtest_makereport(self, item: pytest.Item,
                                   call: pytest.CallInfo[None]
                                   ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-        m = item.stash.get(_MEASURE, None)
+        m = item.stash.get(MEASURE_KEY, None)
         if m is not None:
             m.sync()
         rep: pytest.TestReport = yield
-        if call.excinfo is not None and _is_timeout(call.excinfo.value):
+        if call.excinfo is not None and is_timeout(call.excinfo.value):
             rep.dflash2_outcome = "timeout"  # a hung test is never the known wrong answer
             return rep
         if rep.when != "call" or hasattr(rep, "wasxfail"):
@@ -345,7 +274,7 @@ class FarmSession:
     # -- assembling one result ----------------------------------------------------------------
 
     def _result(self, nodeid: str, phases: list[pytest.TestReport]) -> None:
-        outcome, decisive, native_xfail = _outcome(phases)
+        outcome, decisive, native_xfail = outcome_of(phases)
         verdict = self.verdict(nodeid)
         if native_xfail is not None:  # pytest's own xfail marker: expected to fail
             category = "expected_fail" if outcome == "failed" else "unexpected_pass"
@@ -368,7 +297,7 @@ class FarmSession:
         event = {
             "type": "result", "nodeid": nodeid, "test_id": test_id, "params": params,
             "outcome": outcome, "duration": sum(r.duration for r in phases),
-            "message": _message(decisive, outcome) or _unfinished(phases, outcome),
+            "message": failure_message(decisive, outcome) or unfinished_message(phases, outcome),
             "expectation": expectation,
             "measurements": [_json_measurement(m) for m in payload.get("measurements", [])],
             "selections": list(payload.get("selections", [])),
@@ -376,88 +305,8 @@ class FarmSession:
             "time": time.time(),
         }
         if outcome in FAILING_OUTCOMES:
-            event["output"] = _output(decisive) or event["message"]
+            event["output"] = failure_output(decisive) or event["message"]
         self.emit(event)
-
-
-def split_nodeid(nodeid: str) -> tuple[str, str]:
-    """(test id, params): ``a.py::t[x-y]`` -> (``a.py::t``, ``x-y``); no params -> ``""``."""
-    head, sep, tail = nodeid.rpartition("::")
-    if tail.endswith("]") and "[" in tail:
-        i = tail.index("[")
-        return head + sep + tail[:i], tail[i + 1:-1]
-    return nodeid, ""
-
-
-def _outcome(phases: list[pytest.TestReport]) -> tuple[str, pytest.TestReport, str | None]:
-    """(outcome of the test as a whole, the report that decided it, pytest-xfail reason)."""
-    by_when = {r.when: r for r in phases}
-    if "???" in by_when:
-        return "crashed", by_when["???"], None
-    for rep in phases:
-        if getattr(rep, "dflash2_outcome", None) == "timeout":
-            return "timeout", rep, None
-    setup, call, teardown = by_when.get("setup"), by_when.get("call"), by_when.get("teardown")
-    for rep in (setup, call):
-        if rep is not None and hasattr(rep, "wasxfail") and not hasattr(rep, "dflash2_outcome"):
-            return ("failed" if rep.skipped else "passed"), rep, str(rep.wasxfail)
-    if setup is not None and setup.failed:
-        return "error", setup, None
-    if setup is not None and setup.skipped:
-        return "skipped", setup, None
-    if call is not None:
-        outcome = getattr(call, "dflash2_outcome", call.outcome)
-        if outcome != "passed" or teardown is None or not teardown.failed:
-            return outcome, call, None
-    if teardown is not None and teardown.failed:
-        return "error", teardown, None
-    if call is None:
-        return "error", phases[-1], None  # interrupted before the call phase finished
-    return call.outcome, call, None
-
-
-def _is_timeout(exc: BaseException) -> bool:
-    """pytest-timeout's signal method fails the test with this message (PYTEST_FAILURE_MESSAGE)."""
-    text = str(exc)
-    return (isinstance(exc, pytest.fail.Exception) and text.startswith("Timeout (>")
-            and text.endswith("from pytest-timeout."))
-
-
-def _message(report: pytest.TestReport, outcome: str) -> str:
-    """Short text for a failure (the crash message) or a skip (its reason); "" for a pass."""
-    if outcome == "passed":
-        return ""
-    longrepr = report.longrepr
-    if isinstance(longrepr, tuple | list) and len(longrepr) == 3:  # a skip: (path, line, reason)
-        text = str(longrepr[2]).removeprefix("Skipped: ")
-    else:
-        crash = getattr(longrepr, "reprcrash", None)
-        text = crash.message if crash is not None else str(longrepr or "")
-    lines = text.strip().splitlines()[:MESSAGE_LINES]
-    text = "\n".join(lines)
-    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
-
-
-def _output(report: pytest.TestReport) -> str:
-    """The whole text of a failure, for `farm logs`: pytest's full report (traceback, assertion
-    introspection) and every captured section (stdout, stderr, log), as pytest prints them.
-    ``message`` keeps only the crash line, which is rarely enough to debug a device's failure."""
-    parts = [report.longreprtext.rstrip()] if report.longreprtext.strip() else []
-    for title, content in report.sections:
-        if content.strip():
-            parts.append(f"{f' {title} ':-^78}\n{content.rstrip()}")
-    text = "\n".join(parts)
-    if len(text) <= OUTPUT_CHARS:
-        return text
-    cut = len(text) - OUTPUT_CHARS
-    return text[: OUTPUT_CHARS // 2] + f"\n... ({cut} characters cut) ...\n" + text[-OUTPUT_CHARS // 2:]
-
-
-def _unfinished(phases: list[pytest.TestReport], outcome: str) -> str:
-    """The message of a test that ended without a teardown report (pytest was interrupted)."""
-    if outcome in ("passed", "skipped") or phases[-1].when in ("teardown", "???"):
-        return ""
-    return f"interrupted: no report after the {phases[-1].when} phase"
 
 
 def _payload(report: pytest.TestReport) -> dict[str, Any]:

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from kernels.recorder import IMPLEMENTATIONS, Selection
-from suites.plugin import float32_digest, split_nodeid
+from suites.measure import float32_digest
+from suites.outcome import split_nodeid
 
 pytest_plugins = ["pytester"]
 
