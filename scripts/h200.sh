@@ -260,15 +260,17 @@ case "$cmd" in
     # bit against its register twin at M=8 and 16 (the cold sweep's check, no timing), then
     # each shape's denormed tiles alone under ncu beside their plain selves and the committed
     # tile, bf16 and fp16, M=8 and 16 (light metrics; ~300 s in all). One folder of $OUT each.
-    # DENORM_PARTS: which of check, gate_up, down (default all three; ~100 + 2 x ~170 s: give
-    # a call "check gate_up" and the next "down" when the install shares the first call)
+    # DENORM_PARTS: which of check, gate_up, down (default all three; ~200 + 2 x ~170 s: give
+    # a call "check gate_up" and the next "down" when the install shares the first call).
+    # CHECK_TIMEOUT: each M's check (the first on a fresh machine compiles every point: at
+    # 120 s the H100 of 2026-12-05 10:05 UTC checked 18 of M=8's 30 rows; M=16 then took 66 s)
     export PYTHONPATH=/tmp/site:$PWD
     tiles() { python3 bench/sweep_points.py tiles "$1"; }
     parts=" ${DENORM_PARTS:-check gate_up down} "
     if [[ $parts == *" check "* ]]; then
-      SWEEP_OUT=/tmp/h200res/denorm8 BENCH_TIMEOUT=120 bash "$0" coldsweep --check-only \
+      SWEEP_OUT=/tmp/h200res/denorm8 BENCH_TIMEOUT=${CHECK_TIMEOUT:-300} bash "$0" coldsweep --check-only \
         --points denorm --ms 8 --no-ring --no-bulk || echo "denorm: check M=8 rc $?"
-      SWEEP_OUT=/tmp/h200res/denorm16 BENCH_TIMEOUT=120 bash "$0" coldsweep --check-only \
+      SWEEP_OUT=/tmp/h200res/denorm16 BENCH_TIMEOUT=${CHECK_TIMEOUT:-200} bash "$0" coldsweep --check-only \
         --points denorm --point-m 16 --ms 16 --no-ring --no-bulk || echo "denorm: check M=16 rc $?"
     fi
     for shape in gate_up down; do
