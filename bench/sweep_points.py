@@ -321,7 +321,7 @@ def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
     ``balanced``, the BALANCED points; ``cluster``, the CLUSTERED points; ``ablate``
     (``ablate16``), the selection table's sm_90 gate/up and down tiles at M=8 (16) in bf16
     with a part taken out (1: the loads alone, 2: the math alone; an mma_weights_a tile's
-    math alone also with each of DENORM_MODES), so the run measures what the table ships,
+    math alone and whole also with each of DENORM_MODES), so the run measures what the table ships,
     whatever it ships then."""
     if kind == "balanced":
         return [as_params(pt) for pt in BALANCED]
@@ -341,9 +341,11 @@ def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
                 and e["shapes"][0] in ("gate_up", "down") and e["variant"] in SWEPT):
             tile = point_of(e["variant"], e["params"])
             out += [{**tile, "ablate": 1}, {**tile, "ablate": 2}]
-            if e["variant"] == NAME:  # its math alone at 326, 265, 238 instructions a K step
-                out += [{**tile, "denorm": d, "ablate": 2} for d in DENORM_MODES
-                        if {**tile, "denorm": d, "ablate": 2} not in out]
+            if e["variant"] == NAME:  # its math alone at 326, 265, 238 instructions a K step,
+                # and its whole at each mode: whether the math's cut reaches the whole
+                out += [t for d in DENORM_MODES
+                        for t in ({**tile, "denorm": d, "ablate": 2}, {**tile, "denorm": d})
+                        if t not in out]
     return out
 
 

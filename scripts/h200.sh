@@ -210,7 +210,8 @@ case "$cmd" in
     # count (~200 s): the table's gate/up tile with the weights its previous launch left in L2
     # beside its cold launch (hot); the table's M=8 and M=16 tiles with a part taken out
     # (ablate, ablate16: the M=16 tiles at M=16; an mma_weights_a tile's math alone also at
-    # each denorm mode, fewer instructions for the same loads and mma). One folder of $OUT
+    # each denorm mode, fewer instructions for the same loads and mma, and its whole at each
+    # mode: whether the math's cut reaches the whole). One folder of $OUT
     # each. DIAGNOSE_MORE=1 adds the runs of 2026-12-05 04:08 UTC that refuted the SMs'
     # balance: the balanced gate/up tiles (bench/sweep_points.BALANCED), and the cluster
     # lever's tiles (CLUSTERED), checked bit for bit against their unclustered twins first in

@@ -113,11 +113,12 @@ def test_the_diagnostic_tiles_are_the_tables_and_the_balanced_ones_and_all_launc
     shipped = {(e["shapes"][0], e["variant"]) for e in table["entries"]
                if e["devices"] == ["sm_90"] and e["M"] == 8 and e["dtypes"] == ["bfloat16"]
                and e["shapes"][0] in ("gate_up", "down")}
-    weights_a = sum(v == sp.NAME for _, v in shipped)  # whose math alone is also denormed
-    assert sorted({t["ablate"] for t in ablate}) == [1, 2]
-    assert len(ablate) == 4 + 2 * weights_a and weights_a >= 1
-    assert sorted(t.get("denorm", 0) for t in ablate if t["ablate"] == 2) == \
+    weights_a = sum(v == sp.NAME for _, v in shipped)  # whose math alone and whole are denormed
+    assert sorted({t.get("ablate", 0) for t in ablate}) == [0, 1, 2]
+    assert len(ablate) == 4 + 4 * weights_a and weights_a >= 1
+    assert sorted(t.get("denorm", 0) for t in ablate if t.get("ablate") == 2) == \
         [0] * 2 + [1, 2] * weights_a
+    assert sorted(t["denorm"] for t in ablate if "ablate" not in t) == [1, 2] * weights_a
     assert {t.get("variant", sp.NAME) for t in ablate} == {v for _, v in shipped}
     balanced = sp.diagnostic_tiles("balanced", table)
     assert [t["n_tile"] for t in balanced] == [16] * 4 and {t["k_groups"] for t in balanced} == {2}
@@ -207,7 +208,8 @@ def test_the_m16_ablated_tiles_are_the_tables_m16_tiles_and_launch_at_m16():
                and e["shapes"][0] in ("gate_up", "down")]
     assert len(shipped) == 2
     assert tiles == [x for t in shipped for x in [{**t, "ablate": a} for a in (1, 2)] + (
-        [{**t, "denorm": d, "ablate": 2} for d in (1, 2)] if "variant" not in t else [])]
+        [x for d in (1, 2) for x in ({**t, "denorm": d, "ablate": 2}, {**t, "denorm": d})]
+        if "variant" not in t else [])]
     for t in tiles:
         for op in ("gate_up", "down"):
             k, n = cv.SHAPES[op]
