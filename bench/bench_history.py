@@ -50,7 +50,7 @@ from history_bench.plans import schema_indexes
 from history_bench.report import (
     TARGET_INGEST,
     TARGET_REGRESSIONS_S,
-    _ms,
+    fmt_ms,
     markdown,
     plan_summary,
     render,
@@ -64,7 +64,6 @@ from history_bench.synthetic import (
     HISTORY_TEST,
     MLX_EVERY,
     RESULTS_PER_RUN,
-    run_events,  # noqa: F401  (bench/sim_scale.py imports it from here)
 )
 
 from db import open_history
@@ -167,7 +166,7 @@ def main() -> None:
                     entry["profiles"]["profile_ingest"] = profile_ingest(
                         h, run + 100_000, 3, a.batch)
             doc["sizes"].append(entry)
-            print("    " + "  ".join(f"{k} {_ms(v['median_s'])}"
+            print("    " + "  ".join(f"{k} {fmt_ms(v['median_s'])}"
                                      for k, v in entry["library"].items()), flush=True)
         if a.compare_batches:
             doc["small_db_comparison"] = small_db_comparison(

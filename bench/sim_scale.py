@@ -64,7 +64,7 @@ class SimSuite:
 
 def device_stream(index: int) -> list[dict]:
     """Device ``index``'s result events: the `all` suite's shape from bench_history."""
-    from bench_history import DEVICES, run_events
+    from history_bench.synthetic import DEVICES, run_events
 
     dev, _host, evs = run_events(index)[index % len(DEVICES)]
     return [{**e, "device": dev} if e["type"] == "session_start" else e for e in evs]
@@ -147,7 +147,7 @@ def sim_driver_class():
 
 
 def synthetic_devices(n: int, node_id: str) -> list:
-    from bench_history import DEVICES
+    from history_bench.synthetic import DEVICES
 
     from farm.fleet.devices import Device
 

@@ -9,7 +9,7 @@ TARGET_REGRESSIONS_S = 0.5  # at 1M results
 TARGET_HISTORY_S = 0.1  # `farm history TEST` at 1M results
 
 
-def _ms(s: float) -> str:
+def fmt_ms(s: float) -> str:
     return f"{s * 1e3:.0f} ms" if s >= 0.1 else f"{s * 1e3:.1f} ms"
 
 
@@ -26,7 +26,7 @@ def render(doc: dict) -> tuple[str, str]:
                      f"{s['ingest']['cpu_results_per_s']:,.0f}",
                      f"{b['library']['results_per_s']:,.0f}" if b else "-",
                      f"{b['raw_sqlite3']['results_per_s']:,.0f}" if b else "-",
-                     *(_ms(lib[k]["median_s"]) for k in
+                     *(fmt_ms(lib[k]["median_s"]) for k in
                        ("show", "history", "history_node", "regressions")),
                      *(f"{c[k]['wall_s']:.2f} s ({c[k].get('cpu_s', 0):.2f} CPU)" if k in c
                        else "-" for k in ("show", "history", "regressions"))])
