@@ -244,6 +244,12 @@ case "$cmd" in
       python3 bench/sass_stalls.py "$OUT/ablate_sass/sass_source.csv" \
         > "$OUT/ablate_sass/sass.md" 2>&1 || echo "diagnose: sass_stalls rc $?"
     fi
+    # each ablated tile's legs in one row: whole, loads alone, math alone at each denorm mode
+    # (bench/ablate_legs.py), which is longer and how far the whole is over it
+    legs=$(ls "$OUT"/ablate*/ncu_cold.csv 2> /dev/null)
+    # shellcheck disable=SC2086
+    [ -z "$legs" ] || python3 bench/ablate_legs.py $legs --out "$OUT/legs" > /dev/null \
+      || echo "diagnose: legs rc $?"
     if [ "${DIAGNOSE_MORE:-0}" = 1 ]; then
       mkdir -p "$OUT/balanced" "$OUT/cluster"
       NCU_LIGHT=1 NCU_TAG=_balanced NCU_DTYPES=bfloat16,float16 OUT=$OUT/balanced \

@@ -80,6 +80,10 @@ def test_diagnose_runs_the_parts_it_is_given(tmp_path, parts, want):
     sections = [ln for ln in ncu if "--section\tComputeWorkloadAnalysis" in ln]
     sampled = [ln for ln in ncu if "--section\tSourceCounters" in ln]
     assert len(sections) == len(sampled) == (1 if parts in (None, "sections") else 0)
+    legs = [_flat(ln) for ln in lines if "ablate_legs.py" in ln]  # the legs of what ran
+    assert len(legs) == 1 and "--out" in legs[0]
+    assert ("ablate/ncu_cold.csv" in legs[0]) == (parts != "sections")
+    assert ("ablate_sections/ncu_cold.csv" in legs[0]) == (parts in (None, "sections"))
     for ln in sections + sampled:  # the tiles arrive as one JSON argument, the math alone in it
         words = ln.split("\t")
         tiles = json.loads(words[words.index("--tiles") + 1])
