@@ -71,7 +71,7 @@ def test_denorm_runs_the_parts_it_is_given(tmp_path, parts, want):
 
 
 @pytest.mark.parametrize("parts,want", [
-    ("sections", 2), ("hot ablate", 2), (None, 5)])
+    ("sections", 2), ("hot ablate", 2), (None, 5), ("sections16", 1)])
 def test_diagnose_runs_the_parts_it_is_given(tmp_path, parts, want):
     env = {} if parts is None else {"DIAGNOSE_PARTS": parts}
     lines = _run(tmp_path, "diagnose", env)
@@ -79,9 +79,14 @@ def test_diagnose_runs_the_parts_it_is_given(tmp_path, parts, want):
     assert len(ncu) == want
     sections = [ln for ln in ncu if "--section\tComputeWorkloadAnalysis" in ln]
     sampled = [ln for ln in ncu if "--section\tSourceCounters" in ln]
-    assert len(sections) == len(sampled) == (1 if parts in (None, "sections") else 0)
+    assert len(sections) == (1 if parts in (None, "sections") else 0)
+    assert len(sampled) == (1 if parts in (None, "sections", "sections16") else 0)
+    if parts == "sections16":  # the M=16 tiles, sampled at M=16
+        assert "--ms\t16" in sampled[0] and "--ms\t16" not in "".join(sections)
     legs = [_flat(ln) for ln in lines if "ablate_legs.py" in ln]  # the legs of what ran
-    assert len(legs) == 1 and "--out" in legs[0]
+    assert len(legs) == (parts != "sections16") and all("--out" in ln for ln in legs)
+    if parts == "sections16":
+        return
     assert ("ablate/ncu_cold.csv" in legs[0]) == (parts != "sections")
     assert ("ablate_sections/ncu_cold.csv" in legs[0]) == (parts in (None, "sections"))
     for ln in sections + sampled:  # the tiles arrive as one JSON argument, the math alone in it
