@@ -105,8 +105,8 @@ def cell(rec: dict, key: str, extra: str | None = None) -> str:
 def markdown(rows: list[dict], sources: list[str]) -> str:
     head = ("| shape | dtype | M | variant | tile | whole | whole dn1 | whole dn2 | loads alone "
             "(DRAM %) | math alone (issue %) | math dn1 | math dn2 | longer leg | whole / longer |")
-    lines = [f"Each launch alone under ncu, least time over its launches, µs; from "
-             f"{', '.join(sources)}.", "", head, "|" + "---|" * 14]
+    intro = f"Each launch alone under ncu, least time over its launches, µs; from {', '.join(sources)}."
+    lines = [intro, "", head, "|" + "---|" * 14]
     for r in rows:
         rec = r["legs"]
         tile = ", ".join(f"{k} {v}" for k, v in r["tile"].items())
