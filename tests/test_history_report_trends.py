@@ -8,7 +8,7 @@ from db_fixtures import device, meas, record, result, sel
 
 from db import open_history
 from db.queries import run_jobs
-from farm.report.html import PlotKey, load_trends
+from farm.report.trends import PlotKey, load_trends
 
 
 def test_trends_key_each_measure_by_the_first_tuned_selection(tmp_path):

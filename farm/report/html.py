@@ -18,30 +18,31 @@ emulated device's values never sit beside a real one's.
 from __future__ import annotations
 
 import functools
-import re
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 import jinja2
-from sqlalchemy import select
 
-from db import models as m
-from db.details import decode_rows
 from db.events import CATEGORIES
 from db.history import History
 from db.queries import resolve_run, show_run
 from db.regressions import analyse
 from farm.report.svg_plot import PALETTE, Guide, Plot, Series, line_plot
+from farm.report.trends import (
+    BENCH_MEASURE,
+    ULP_MEASURES,
+    Cell,
+    PlotKey,
+    Trends,
+    comparable_runs,
+    load_trends,
+    series_names,
+    slugify,
+)
 
 DEFAULT_RUNS = 20
-BENCH_MEASURE = "rows_per_s"
-# The deviation-in-ulps measures and headroom levels the regression analysis judges by; named
-# here so the page depends on the analyser only through ``analyse``.
-ULP_MEASURES = ("deviation_ulps", "ulps")
+# the headroom levels the regression analysis judges by, drawn as guides
 HEADROOM_LEVELS = (0.5, 0.9)
-PLOT_MEASURES = (*ULP_MEASURES, "headroom", "deviation", BENCH_MEASURE)
-STOCK = "stock"
 # name shown, cell colour; worst first, the order a cell picks its colour by.
 CATEGORY_LOOK = {
     "crashed": ("crashed", "#7a0019"),
@@ -71,37 +72,6 @@ def render_plot(plot: Plot) -> str:
     """One plot on its own, through the macro the page uses, so a chart checked alone is
     drawn exactly as on the page."""
     return str(environment().get_template("plot.html.j2").module.plot(plot))
-
-
-@dataclass(frozen=True)
-class PlotKey:
-    """A kernel at a shape: the variant that served, its dtype, and (M, K, N)."""
-
-    variant: str
-    dtype: str
-    M: int
-    K: int
-    N: int
-
-    @property
-    def title(self) -> str:
-        return f"{self.variant} · {self.dtype} · M={self.M} K={self.K} N={self.N}"
-
-    @property
-    def slug(self) -> str:
-        return _slug(f"{self.variant}-{self.dtype}-m{self.M}-{self.K}x{self.N}")
-
-
-@dataclass
-class Cell:
-    """The values one device gave one plot in one run (several tests may share a kernel)."""
-
-    values: list[float | None] = field(default_factory=list)
-    tests: list[str] = field(default_factory=list)
-
-
-# plot subject -> measure -> (device id, run id) -> Cell
-Trends = dict[object, dict[str, dict[tuple[int, str], Cell]]]
 
 
 @dataclass(frozen=True)
@@ -140,11 +110,7 @@ class Section:
 
     @property
     def slug(self) -> str:
-        return f"{_slug(self.suite) or 'suite'}-{self.group}"
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]+", "-", text).strip("-")
+        return f"{slugify(self.suite) or 'suite'}-{self.group}"
 
 
 def _count(n: int, word: str) -> str:
@@ -179,114 +145,6 @@ def render_report(history: History, run_id: str | None, *, against: str = "basel
         flags=[_flag_view(f) for f in report.flags],
         comparisons=[_comparison_view(c) for c in report.comparisons],
         sections=sections)
-
-
-# -- data ---------------------------------------------------------------------------------------
-
-def comparable_runs(h: History, run_id: str, device_ids: list[int], limit: int
-                    ) -> dict[str, list[dict]]:
-    """Per suite, the last ``limit`` runs started no later than ``run_id`` that ran on one of
-    ``device_ids``, oldest first, each with the set of those devices it ran on. Only these
-    are comparable: another suite runs other tests, and a run after the one reported on would
-    put its future into an old report."""
-    r, j = m.runs.c, m.jobs.c
-    out: dict[str, list[dict]] = {}
-    ran: dict[str, set[int]] = defaultdict(set)
-    with h.engine.connect() as c:
-        started = c.execute(select(r.started).where(r.id == run_id)).scalar()
-        mine = (r.id.in_(select(j.run_id).where(j.device_id.in_(device_ids)))
-                & ((r.started < started) | ((r.started == started) & (r.id <= run_id))))
-        for suite in sorted(c.execute(select(r.suite).where(mine).distinct()).scalars()):
-            rows = c.execute(select(r.id, r.suite, r.started, r.status)
-                             .where(mine, r.suite == suite)
-                             .order_by(r.started.desc(), r.id.desc())
-                             .limit(max(limit, 1))).mappings().all()
-            out[suite] = [dict(x) for x in reversed(rows)]
-        ids = [x["id"] for runs in out.values() for x in runs]
-        for i in range(0, len(ids), 500):
-            for rid, dev in c.execute(select(j.run_id, j.device_id).where(
-                    j.run_id.in_(ids[i:i + 500]), j.device_id.in_(device_ids))):
-                ran[rid].add(dev)
-    for runs in out.values():
-        for x in runs:
-            x["devices"] = ran[x["id"]]
-    return out
-
-
-def _plot_key(sels: list[tuple]) -> PlotKey | None:
-    """The kernel a result measured: its first tuned selection (stock is the reference the
-    suites compare against), else its first."""
-    if not sels:
-        return None
-    tuned = [s for s in sels if s[0] != STOCK]
-    return PlotKey(*(tuned or sels)[0])
-
-
-def load_trends(h: History, run_ids: list[str], device_ids: list[int]) -> Trends:
-    """Per plot subject (a ``PlotKey``, or a bench test's node id), per measure, per (device,
-    run): the values recorded. Reads the jobs' results that have measurements, through the job
-    index, and keeps the plotted measures (each result's details are JSON, `db.details`)."""
-    r, j = m.results.c, m.jobs.c
-    q = (select(r.id, r.nodeid, j.run_id, j.device_id, r.measurements_json, r.selections_json)
-         .join(m.jobs, j.id == r.job_id)
-         .where(j.run_id.in_(run_ids), j.device_id.in_(device_ids),
-                r.measurements_json.is_not(None))
-         .order_by(r.id))
-    with h.engine.connect() as c:
-        rows = c.execute(q).all() if run_ids else []
-    per_result: dict[int, dict[str, tuple[float | None, float | None]]] = defaultdict(dict)
-    where: dict[int, tuple[str, tuple[int, str]]] = {}
-    sels: dict[int, list[tuple]] = {}
-    for rid, nodeid, run_id, device_id, meas_json, sels_json in rows:
-        mine = {}
-        for name, value, _unit, bound in decode_rows("measurements", meas_json):
-            if name in PLOT_MEASURES:
-                mine.setdefault(name, (value, bound))
-        if not mine:
-            continue
-        per_result[rid] = mine
-        where[rid] = (nodeid, (device_id, run_id))
-        # (variant, dtype, M, K, N) of each selection, in the order the test made them
-        sels[rid] = [(x[5], x[1], x[2], x[3], x[4]) for x in decode_rows("selections", sels_json)]
-    trends: Trends = defaultdict(lambda: defaultdict(lambda: defaultdict(Cell)))
-    for rid, meas in per_result.items():
-        nodeid, at = where[rid]
-        key = _plot_key(sels.get(rid, []))
-        if BENCH_MEASURE in meas:
-            _add(trends[("bench", key or nodeid)], BENCH_MEASURE, at, meas[BENCH_MEASURE][0],
-                 nodeid)
-        if key is None:
-            continue
-        for name in ULP_MEASURES:
-            if name in meas:
-                _add(trends[key], name, at, meas[name][0], nodeid)
-        if "headroom" in meas:
-            _add(trends[key], "headroom", at, meas["headroom"][0], nodeid)
-        elif "deviation" in meas and meas["deviation"][1]:
-            value = meas["deviation"][0]
-            _add(trends[key], "headroom", at,
-                 None if value is None else value / meas["deviation"][1], nodeid)
-    return trends
-
-
-def _add(measures: dict, name: str, at: tuple[int, str], value: float | None, test: str) -> None:
-    cell = measures[name][at]
-    cell.values.append(value)
-    cell.tests.append(test)
-
-
-def series_names(devs: dict[int, dict]) -> dict[int, str]:
-    """A name per device variant; variants that share a label (one Mac under two MLX
-    versions) get the version, then the key, so no two series read the same."""
-    names = {d: dev["label"] for d, dev in devs.items()}
-    for extra in (lambda dev: f"MLX {dev['mlx_version']}", lambda dev: dev["variant_key"][:8]):
-        taken = defaultdict(list)
-        for d, name in names.items():
-            taken[name].append(d)
-        for same in (ds for ds in taken.values() if len(ds) > 1):
-            for d in same:
-                names[d] = f"{names[d]} · {extra(devs[d])}"
-    return names
 
 
 def _series(cells: dict[tuple[int, str], Cell], x_of: dict[str, int], devices: set[int],
@@ -352,7 +210,7 @@ def _plots(section: Section, trends: Trends, devices: set[int], names: dict[int,
     for subject in sorted((k for k in trends if isinstance(k, tuple)), key=lambda k: str(k[1])):
         target = subject[1]
         title = target.title if isinstance(target, PlotKey) else target.split("::")[-1]
-        slug = target.slug if isinstance(target, PlotKey) else _slug(title)
+        slug = target.slug if isinstance(target, PlotKey) else slugify(title)
         p = plot("bench", slug, f"{BENCH_MEASURE} (M=8 verify path)",
                  trends[subject][BENCH_MEASURE], y_label="rows/s")
         if p is not None:
