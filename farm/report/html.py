@@ -4,8 +4,8 @@ Self-contained because the page is mailed, attached to CI and opened from disk o
 no network: inline CSS, inline SVG, no script, no external URL. The markup is in
 ``templates/*.html.j2``, rendered by Jinja2 with autoescape on, because test ids, suite names
 and host names are data that a page must show as text (``test_x[a<b]``), never run as markup.
-This module only gathers the data (``show_run``, ``analyse`` and a few queries for the plotted
-measurements) and shapes it for the templates.
+This module only gathers the data (``show_run``, ``analyse``, and the plotted measurements
+from ``farm.report.trends``) and shapes it for the templates.
 
 A run's status on the page is the recorded one unless the regression analysis disagrees: a run
 whose tests passed but which regressed reads ``regressed``, with the count and a link to the
