@@ -28,12 +28,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import sweep_points as sp
-from cuda_verify_ncu import ISSUE_ACTIVE, duration_us, metric, parse
+from cuda_verify_ncu import DRAM_PCT, ISSUE_ACTIVE, duration_us, metric, parse
 
 # "gate_up bfloat16 M=8 tile {...}" or "... custom {...}" (the table's tile, by the runtime)
 LABEL = re.compile(r"^(\S+) (\S+) M=(\d+) (tile|custom) (\{.*\})$")
 MODES = (0, *sp.DENORM_MODES)
-DRAM_PCT = ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM Throughput")
 ISSUE_PCT = (ISSUE_ACTIVE, "Issue Slots Busy")
 SHOWN = ("n_tile", "k_groups", "unroll")  # a tile's name even where they are the defaults
 

@@ -119,6 +119,8 @@ def sm_imbalance(k: dict) -> float | None:
 # 100% a kernel is held by its own instruction stream, not by what it waits on (the ablated
 # kernels' "math alone" asks this of the math).
 ISSUE_ACTIVE = "smsp__issue_active.avg.pct_of_peak_sustained_active"
+# DRAM throughput as a share of its peak: the light metric, then the sections' name for it
+DRAM_PCT = ("dram__throughput.avg.pct_of_peak_sustained_elapsed", "DRAM Throughput")
 WARP_INSTRUCTIONS = "smsp__inst_executed.sum"
 
 
@@ -142,7 +144,7 @@ def summarize(path: str) -> str:
                 or k["metrics"].get("Registers Per Thread") or ("-",))[0]
         out.append(f"| {k['label']} | {k['name'][:40]} | {k['grid']} | {k['block']} | "
                    f"{num('gpu__time_duration.sum', 'Duration', div=1e3)} | "
-                   f"{num('dram__throughput.avg.pct_of_peak_sustained_elapsed', 'DRAM Throughput')}"
+                   f"{num(*DRAM_PCT)}"
                    f" | {num('dram__bytes_read.sum', div=1e6)} | "
                    f"{num('lts__t_bytes.sum', div=1e6)} | "
                    f"{num('sm__warps_active.avg.pct_of_peak_sustained_active')} | {regs} |"
@@ -188,8 +190,7 @@ def merge(res: dict, text: str, source: str, times: bool = True) -> int:
                 r[f"ncu_{path}_us"] = statistics.median(ts)
                 r[f"ncu_{path}_all_us"] = ts
                 r[f"ncu_{path}_pct_ceiling"] = r["floor_us"] / r[f"ncu_{path}_us"]
-            for key, names in (("dram_pct", ("dram__throughput.avg.pct_of_peak_sustained_elapsed",
-                                             "DRAM Throughput")),
+            for key, names in (("dram_pct", DRAM_PCT),
                                ("warps_active_pct",
                                 ("sm__warps_active.avg.pct_of_peak_sustained_active",)),
                                ("registers", ("launch__registers_per_thread",
