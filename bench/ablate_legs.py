@@ -12,7 +12,9 @@ Why a table of its own: a lever that cuts one leg reaches the whole only when th
 longer one, and whether it is differs between cards (an H100's loads are slower than an
 H200's). The decisive figures of a device run are then one row, derived the same way every
 time rather than picked out of a launch list by hand. Times are the minimum over a tile's
-launches (the least disturbed); ``launches`` says how many there were.
+launches (the least disturbed), with the largest beside it where they differ (``us_max``), so
+the spread that a difference between legs must clear is in the table too; ``launches`` says
+how many there were.
 """
 
 from __future__ import annotations
@@ -69,8 +71,9 @@ def legs(paths: list[str]) -> list[dict]:
                 continue
             key, leg, mode = got
             rec = tiles.setdefault(key, {})
-            slot = rec.setdefault(f"{leg}_{mode}", {"us": us, "launches": 0})
+            slot = rec.setdefault(f"{leg}_{mode}", {"us": us, "us_max": us, "launches": 0})
             slot["launches"] += 1
+            slot["us_max"] = max(slot["us_max"], us)
             if us <= slot["us"]:
                 slot.update(us=us, dram_pct=metric(k, *DRAM_PCT), issue_pct=metric(k, *ISSUE_PCT))
     out = []
@@ -95,7 +98,7 @@ def cell(rec: dict, key: str, extra: str | None = None) -> str:
     s = rec.get(key)
     if s is None:
         return "-"
-    text = f"{s['us']:.1f}"
+    text = f"{s['us']:.1f}" + (f"-{s['us_max']:.1f}" if s["us_max"] > s["us"] else "")
     if extra and s.get(extra) is not None:
         text += f" ({s[extra]:.0f}%)"
     return text
@@ -104,7 +107,7 @@ def cell(rec: dict, key: str, extra: str | None = None) -> str:
 def markdown(rows: list[dict], sources: list[str]) -> str:
     head = ("| shape | dtype | M | variant | tile | whole | whole dn1 | whole dn2 | loads alone "
             "(DRAM %) | math alone (issue %) | math dn1 | math dn2 | longer leg | whole / longer |")
-    intro = f"Each launch alone under ncu, least time over its launches, µs; from {', '.join(sources)}."
+    intro = f"Each launch alone under ncu, least-largest time over its launches, µs; from {', '.join(sources)}."
     lines = [intro, "", head, "|" + "---|" * 14]
     for r in rows:
         rec = r["legs"]

@@ -41,6 +41,8 @@ def test_a_tiles_legs_group_by_its_keys_at_their_defaults(tmp_path):
     assert got == {"whole_0": (26.0, 1), "whole_2": (25.0, 1), "loads_0": (21.0, 2),
                    "math_0": (19.0, 1)}
     assert row["longer_leg"] == "loads" and row["whole_over_longer"] == round(26.0 / 21.0, 3)
+    assert row["legs"]["loads_0"]["us_max"] == 22.0  # the spread beside the least time
+    assert "21.0-22.0" in al.markdown([row], ["ncu.csv"])
 
 
 def test_the_h100_runs_legs_are_the_readmes():
