@@ -6,7 +6,9 @@ fleet up and down around it and owns the run's row.
 A job is one device variant. Each device job in flight is a ``Shard`` (its own slot in
 ``refs``): a job has one, or, when its variant has several idle nodes (twins), one per twin,
 all pulling the job's tests from its queue (`farm.runner.twins`, `farm.runner.sharding`); their
-results are merged into the one job, each naming its node.
+results are merged into the one job, each naming its node. What a batch of events means to
+its job, and which Ray errors mean a lost device, are `farm.runner.events`' rules; the run's
+status and exit code are `farm.runner.verdict`'s.
 """
 
 from __future__ import annotations
@@ -18,13 +20,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from db.events import scrub
-from farm.errors import EXIT_FLAGGED, EXIT_INFRA, EXIT_OK, FarmError
+from farm.errors import EXIT_INFRA, FarmError
 from farm.fleet import devices as fleet
 from farm.fleet import executor, health, placement
 from farm.fleet.devices import Device, check_twins, parse_selectors, twin_cap
 from farm.report import summary as report
-from farm.runner import signals
+from farm.runner import events, signals, verdict
 from farm.runner.progress import Progress
 from farm.runner.record import RunRecord
 from farm.runner.run_types import RunOptions, RunOutcome, Shard
@@ -35,10 +36,6 @@ GET_S = 30.0
 JOB_GRACE_S = 60.0  # beyond --job-timeout, for the device's own timeout handling to report
 WATCH_S = 2.0  # how often queued jobs are checked for a device that has gone away
 DEFAULT_JOB_TIMEOUT = 3600.0
-_DIED = ("NodeDiedError", "WorkerCrashedError", "ObjectLostError", "OwnerDiedError",
-         "ObjectFetchTimedOutError", "TaskUnschedulableError", "RaySystemError",
-         "ActorDiedError", "LocalRayletDiedError", "ReferenceCountingAssertionError",
-         "OutOfMemoryError", "GetTimeoutError")
 
 
 def _job_task():
@@ -221,31 +218,7 @@ class Driver:
     def take(self, slot: int, batch: list[dict]) -> None:
         sh = self.shards[slot]
         job = self.jobs[sh.job]
-        store: list[dict] = []
-        # Undecodable bytes in a test's output are escaped once, here: stored, printed in the
-        # summary and written as JSON alike, never raising after the run is under way.
-        for ev in scrub(batch):
-            kind = ev.get("type")
-            if kind == "farm_job_start":
-                sh.started = True
-                if job.state != "running":  # the first twin (or the attempt) to start
-                    job.state = "running"
-                    job.streaming, job.done_before = time.monotonic(), len(job.results)
-            elif kind == "farm_collected" and isinstance(ev.get("total"), int):
-                job.total = ev["total"]
-            elif kind == "farm_job_end":
-                sh.end = job.end = ev
-            elif kind == "result":
-                if sh.name and ev.get("nodeid", "") in job.results:
-                    continue  # a twin's late copy: each test has one result
-                # provenance: the node that ran it, its host, the job's attempt
-                ev["farm_node"], ev["farm_host"] = sh.device.node_id, sh.device.host
-                ev["farm_attempt"] = job.attempt
-                job.results[ev.get("nodeid", "")] = ev
-                job.current = ev.get("nodeid", "")
-                store.append(ev)
-            elif kind in ("session_start", "session_finish"):
-                store.append(ev)
+        store = events.absorb(job, sh, batch)
         if store:
             self.pending.append((job.job_id, store))
         if sh.name:
@@ -275,12 +248,10 @@ class Driver:
                 try:
                     self.take(slot, ray.get(ref, timeout=GET_S))
                 except ray.exceptions.RayError as e:
-                    name = type(e).__name__
-                    cause = getattr(e, "cause", None)
-                    if name in _DIED or type(cause).__name__ in _DIED:
-                        self.node_lost(slot, name)
+                    if events.node_died(e):
+                        self.node_lost(slot, type(e).__name__)
                     else:
-                        self.failed(slot, f"{name}: {str(e).strip().splitlines()[-1][:300]}")
+                        self.failed(slot, events.failure_line(e))
         finally:  # whatever happened after them, what arrived is stored: one write per wakeup
             self.flush()
 
@@ -317,15 +288,7 @@ class Driver:
         if sh.name:
             self.twins.ended(sh, end.get("status"), end.get("error"))
             return
-        i, job = sh.job, self.jobs[sh.job]
-        status = end.get("status")
-        if status == "completed":
-            c = job.counts()
-            bad = c["unexpected_fail"] + c["unexpected_pass"] + c["crashed"]
-            self.finish(i, "failed" if bad else "passed", end.get("error"))
-        else:
-            self.finish(i, status if status in ("timeout", "error") else "error",
-                        end.get("error"))
+        self.finish(sh.job, events.end_status(self.jobs[sh.job], end), end.get("error"))
 
     def watch(self) -> None:
         """Jobs past their deadline, and jobs whose node left the cluster before streaming."""
@@ -405,7 +368,7 @@ class Driver:
                 used.add(target.node_id)
                 self.dispatch(i, target)
             self.loop()
-            status = self.verdict()
+            status = verdict.run_status(self.jobs)
         except KeyboardInterrupt as e:
             self.guard.handled = True  # from here on a signal is noted, not raised
             status, self.aborting = "aborted", True
@@ -416,7 +379,7 @@ class Driver:
             self.stop_all("error", "the driver stopped before this job ended")
             self.record.finish(status)
         flags = self.regressions()
-        code = self.exit_code(flags)
+        code = verdict.exit_code(self.jobs, flags)
         return RunOutcome(self.run_id, status, code, self.jobs, flags, self.revision,
                           time.monotonic() - t0, self.compared)
 
@@ -443,12 +406,6 @@ class Driver:
             self.finish(i, status, error)
         self.twins.close()
 
-    def verdict(self) -> str:
-        statuses = {j.status for j in self.jobs}
-        if statuses & {"lost", "error"}:
-            return "incomplete"
-        return "passed" if statuses <= {"passed"} else "failed"
-
     def regressions(self) -> list[dict]:
         from db.regressions import analyse
 
@@ -460,10 +417,3 @@ class Driver:
             return []
         self.compared = rep.compared
         return [f.to_json() for f in rep.regressions]
-
-    def exit_code(self, flags: list[dict]) -> int:
-        if any(j.status in ("lost", "error") for j in self.jobs):
-            return EXIT_INFRA
-        if flags or any(j.status != "passed" for j in self.jobs):
-            return EXIT_FLAGGED
-        return EXIT_OK
