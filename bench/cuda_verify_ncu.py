@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import csv
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -252,6 +253,46 @@ def launch_rows(res: dict, reps: int, ms: set[int] | None = None,
             rs.read_launches(reader, r["bytes"], reps)
             print(f"NCU_ORDER {row_label(r, 'read')} x{reps}", flush=True)
     return 0
+
+
+NCU_METRICS = ("gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,"
+               "dram__bytes_read.sum,sm__warps_active.avg.pct_of_peak_sustained_active,"
+               "launch__grid_size,launch__registers_per_thread,"
+               "sm__cycles_active.max,sm__cycles_active.avg")
+
+
+# The sections that say what limits a kernel: achieved bandwidth, occupancy and its limits, warp
+# stall findings, waves.
+NCU_SECTIONS = ("--section", "SpeedOfLight", "--section", "Occupancy", "--section",
+                "LaunchStats", "--section", "WarpStateStats")
+
+
+def profile_rows(out: Path, res: dict, timeout: float, reps: int = 2) -> None:
+    """Kernel time from the profiler: ncu runs bench/cuda_verify_ncu.py --rows on this run's
+    JSON (every row's stock and custom launch, each alone, caches flushed) in a child process;
+    its CSV is kept beside the JSON and merged into the rows."""
+    ncu = (res.get("profilers", {}).get("ncu") or {}).get("path")
+    if not ncu:
+        res["ncu"] = {"absent": "no ncu on this machine: the one-launch times are the chain's"}
+        return
+    for csv_name, sections, ms, n_reps in (("cuda_verify_ncu_rows.csv", (), "", reps),
+                                           ("cuda_verify_ncu_limits.csv", NCU_SECTIONS, "8", 1)):
+        # times of every row (one pass a kernel), then what limits the M=8 rows (more passes)
+        csv_path = out / csv_name
+        cmd = [ncu, "--clock-control", "none", "--cache-control", "all", "-k",
+               "regex:qmm|qmv|dflash2", "--csv", *sections, "--metrics", NCU_METRICS,
+               sys.executable, str(Path(__file__).resolve()), "--rows",
+               str(out / "cuda_verify.json"), "--reps", str(n_reps), "--ms", ms]
+        mx.clear_cache()
+        try:
+            with csv_path.open("w") as f:
+                rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=timeout,
+                                    check=False).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+        n = merge(res, csv_path.read_text(), csv_path.name, times=not sections)
+        res["ncu"][f"rc {csv_name}"] = rc
+        print(f"ncu {csv_name}: rc {rc}, {n} rows with stock and custom", flush=True)
 
 
 def main(argv=None) -> int:
