@@ -304,6 +304,20 @@ SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "2026-12-04-bu
 # tile's math is what M=16 pays for.
 ABLATE_AT = {"ablate": 8, "ablate16": 16}
 
+# The loads alone (ablate 1) of register-pipeline tiles that keep more weight bytes in flight
+# than the shipped one: does the load leg (H200: 17.2 us for gate/up against a bare read's
+# 14.1) follow the bytes in flight? With no math a tile needs ~32 registers, so the grid, not
+# the registers, sets the warps an SM, and a lane holds 32 B x (n_tile / 16) a K step x unroll
+# x (1 + prefetch). Per SM on gate/up: the shipped 32 x 4 u2 ~66 KB, these 33-132 KB, a bare
+# read (2048 threads x 4 loads of 16 B) 128 KB. 32 x 4 u1 / u2 at prefetch 0 and 1; 32 x 2 u4
+# (half the warps, twice the steps) at both; 16 x 4 u2 p1 (twice the blocks); 16 x 8 u1 p1;
+# for down (its 160-320 blocks leave an SM 2-41 warps, 10-39 KB) 16 x 17 u4 p1 too (330 KB).
+# Tiles that do not tile a shape are skipped there (the ncu run names them); unroll shrinks
+# to the largest of 4, 2, 1 that divides a group's steps (kernels.cuda_config).
+LOADS = [(32, 4, 1, 0, 0), (32, 4, 2, 0, 0), (32, 4, 1, 1, 0), (32, 4, 2, 1, 0),
+         (32, 2, 4, 0, 0), (32, 2, 4, 1, 0), (16, 4, 2, 1, 0), (16, 8, 1, 1, 0),
+         (16, 17, 4, 1, 0)]
+
 
 def with_plain_twins(points: list) -> list:
     """Each denorm point beside its plain self (the same run's baseline); a plain self once
@@ -318,7 +332,8 @@ def with_plain_twins(points: list) -> list:
 
 def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
     """The tiles of h200.sh's ``diagnose`` run, as ``cuda_verify_ncu --tiles`` takes them:
-    ``balanced``, the BALANCED points; ``cluster``, the CLUSTERED points; ``ablate``
+    ``balanced``, the BALANCED points; ``cluster``, the CLUSTERED points; ``loads``, the LOADS
+    tiles' loads alone; ``ablate``
     (``ablate16``), the selection table's sm_90 gate/up and down tiles at M=8 (16) in bf16
     with a part taken out (1: the loads alone, 2: the math alone; an mma_weights_a tile's
     math alone and whole also with each of DENORM_MODES), so the run measures what the table ships,
@@ -327,12 +342,15 @@ def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
         return [as_params(pt) for pt in BALANCED]
     if kind == "cluster":
         return [as_params(pt) for pts in CLUSTERED.values() for pt in pts]
+    if kind == "loads":
+        return [{**as_params(pt), "ablate": 1} for pt in LOADS]
     shape = kind.removeprefix("denorm_")
     if shape != kind and shape in DENORMED:
         # a shape's denormed tiles, each beside its plain self (the same run's baseline)
         return [as_params(pt) for pt in with_plain_twins(DENORMED[shape])]
     if kind not in ABLATE_AT:
-        raise ValueError(f"no diagnostic tiles named {kind!r} (balanced, cluster, denorm_gate_up, "
+        raise ValueError(f"no diagnostic tiles named {kind!r} (balanced, cluster, loads, "
+                         f"denorm_gate_up, "
                          f"denorm_down, "
                          f"{', '.join(ABLATE_AT)})")
     out = []
@@ -353,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python bench/sweep_points.py tiles KIND``: the diagnostic tiles as JSON, for h200.sh."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] != "tiles":
-        print("usage: sweep_points.py tiles balanced|cluster|denorm_gate_up|denorm_down|"
+        print("usage: sweep_points.py tiles balanced|cluster|loads|denorm_gate_up|denorm_down|"
               "ablate|ablate16", file=sys.stderr)
         return 2
     table = json.loads(table_path().read_text())  # the table in effect, as the runtime reads it

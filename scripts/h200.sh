@@ -216,8 +216,8 @@ case "$cmd" in
     # balance: the balanced gate/up tiles (bench/sweep_points.BALANCED), and the cluster
     # lever's tiles (CLUSTERED), checked bit for bit against their unclustered twins first in
     # a sweep of their own.
-    # DIAGNOSE_PARTS: which of hot, ablate, ablate16, sections, sections16 (default the first
-    # four)
+    # DIAGNOSE_PARTS: which of hot, ablate, ablate16, loads, sections, sections16 (default
+    # hot, ablate, ablate16 and sections)
     export PYTHONPATH=/tmp/site:$PWD
     tiles() { python3 bench/sweep_points.py tiles "$1"; }
     parts=" ${DIAGNOSE_PARTS:-hot ablate ablate16 sections} "
@@ -230,6 +230,15 @@ case "$cmd" in
     [[ $parts != *" ablate16 "* ]] || NCU_LIGHT=1 NCU_TAG=_ablate16 NCU_DTYPES=bfloat16 \
       OUT=$OUT/ablate16 bash "$0" ncucold --shapes gate_up,down --ms 16 --reps 2 \
       --tiles "$(tiles ablate16)" || echo "diagnose: ablate16 rc $?"
+    # loads: the load leg alone of tiles with more weight bytes in flight than the shipped one
+    # (bench/sweep_points.LOADS), beside a bare read of the same sizes in the same call
+    if [[ $parts == *" loads "* ]]; then
+      mkdir -p "$OUT/loads"
+      NCU_LIGHT=1 NCU_TAG=_loads NCU_DTYPES=bfloat16 OUT=$OUT/loads bash "$0" ncucold \
+        --shapes gate_up,down --ms 8 --reps 2 --tiles "$(tiles loads)" \
+        || echo "diagnose: loads rc $?"
+      OUT=$OUT/loads bash "$0" readsizes > /dev/null || echo "diagnose: loads read rc $?"
+    fi
     # the same M=8 launches once more with ncu's sections (occupancy, each pipe's use; several
     # replays a launch), and with its source counters: the warp-stall samples of each
     # instruction (`sass`, as bench/results/h200/sass_shipped_tiles.md had them for the whole
@@ -256,7 +265,7 @@ case "$cmd" in
     fi
     # each ablated tile's legs in one row: whole, loads alone, math alone at each denorm mode
     # (bench/ablate_legs.py), which is longer and how far the whole is over it
-    legs=$(ls "$OUT"/ablate*/ncu_cold.csv 2> /dev/null || true)
+    legs=$(ls "$OUT"/ablate*/ncu_cold.csv "$OUT"/loads/ncu_cold.csv 2> /dev/null || true)
     # shellcheck disable=SC2086
     [ -z "$legs" ] || python3 bench/ablate_legs.py $legs --out "$OUT/legs" > /dev/null \
       || echo "diagnose: legs rc $?"

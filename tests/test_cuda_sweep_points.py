@@ -215,3 +215,30 @@ def test_the_m16_ablated_tiles_are_the_tables_m16_tiles_and_launch_at_m16():
             k, n = cv.SHAPES[op]
             name, p = sp.launch_of(t)
             assert cuda.launch_config(name, 16, k, n, 64, "bfloat16", p).grid > 0
+
+
+def test_the_loads_tiles_are_loads_alone_in_bounds_and_launch_where_they_tile():
+    """``loads``: every LOADS tile with its math taken out (ablate 1), so the run times the
+    load leg alone. Each runs on the CUDA emulator, bounds checked, at a K that gives a warp
+    two batches (prefetch's turns included), and writes zeros; each builds a launch on both
+    shapes but 17 K groups on gate/up (5120 is no multiple of 17 x 128), which the ncu run
+    skips by name."""
+    from kernels.cuda_emu import launch as emu
+    from kernels.tiling import TilingError
+
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    tiles = sp.diagnostic_tiles("loads", table)
+    assert len(tiles) == len(sp.LOADS) and all(t["ablate"] == 1 for t in tiles)
+    for t in tiles:
+        k = 128 * t["k_groups"] * t["unroll"] * 2 * (1 + t["prefetch"])
+        w = mx.random.normal((64, k), key=mx.random.key(k)) / k ** 0.5
+        x = (mx.random.normal((8, k), key=mx.random.key(1)) / k ** 0.25).astype(mx.bfloat16)
+        y = emu.launch(sp.NAME, x, QWeights.quantize(w, 64, 4, mx.bfloat16), t)
+        assert not mx.any(y).item(), t
+        for op in ("gate_up", "down"):
+            k, n = cv.SHAPES[op]
+            if op == "gate_up" and t["k_groups"] == 17:
+                with pytest.raises(TilingError, match="not a multiple"):
+                    cuda.launch_config(sp.NAME, 8, k, n, 64, "bfloat16", t)
+                continue
+            assert cuda.launch_config(sp.NAME, 8, k, n, 64, "bfloat16", t).grid > 0

@@ -93,3 +93,20 @@ def test_diagnose_runs_the_parts_it_is_given(tmp_path, parts, want):
         words = ln.split("\t")
         tiles = json.loads(words[words.index("--tiles") + 1])
         assert {"ablate": 2}.items() <= tiles[1].items()
+
+
+def test_diagnose_loads_times_the_loads_tiles_beside_a_bare_read_and_tabulates_their_legs(
+        tmp_path):
+    """``loads``: one ncu run of the LOADS tiles (each with its math taken out) on both shapes
+    at M=8, then the bare reads (bench/read_sizes_ncu.py) in the same call, and the legs table
+    reads the loads' CSV."""
+    lines = _run(tmp_path, "diagnose", {"DIAGNOSE_PARTS": "loads"})
+    ncu = [ln.split("\t") for ln in lines if ln.startswith("ncu\t--clock-control")]
+    assert len(ncu) == 2
+    timed, read = ncu
+    tiles = json.loads(timed[timed.index("--tiles") + 1])
+    assert len(tiles) == 9 and {t["ablate"] for t in tiles} == {1}
+    assert timed[timed.index("--shapes") + 1] == "gate_up,down"
+    assert "regex:dflash2_read" in read and any("read_sizes_ncu.py" in w for w in read)
+    legs = [_flat(ln) for ln in lines if "ablate_legs.py" in ln]
+    assert len(legs) == 1 and "loads/ncu_cold.csv" in legs[0]
