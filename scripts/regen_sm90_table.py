@@ -35,8 +35,10 @@ from each launch ALONE:
 
 reads ncu's kernel time of every tile of the cold sweep's set (bench/cuda_verify_cold_sweep.py)
 under ``h200.sh ncucold --points`` (each launch alone, caches flushed), keeps the tiles that
-sweep ran and found bit-exact and close to stock (and the entry's own tile), and puts the fastest (median over its launches) into
-the entry (its ``candidate`` where the entry selects stock), with a ``chosen`` note; the
+sweep ran and found bit-exact and close to stock (and the entry's own tile, known by its
+kernel's name), and puts the fastest (median over its launches) into the entry only where every
+launch of it beat every launch of the entry's own tile, timed in the same launches (else the
+entry is left as it is, the figures in the record) (its ``candidate`` where the entry selects stock), with a ``chosen`` note; the
 batched sweep's own ranking is not used (it lets independent launches overlap). The full record
 (every tile's time, stock's, the previous tile's) goes to ``--choice-out``. After a change, the reviewed record of
 selections (suites/expected_selections.json) must be reviewed and rewritten with
@@ -230,6 +232,11 @@ def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict,
             stock.setdefault(key, []).append(us)
             continue
         p = _tile_from_label(head[3])
+        if p is not None and head[3].startswith("custom") and VARIANT_KEY not in p:
+            # the table's own tile, labelled by its params alone: its variant is the kernel's
+            # (a group-sums tile keyed as mma_weights_a would never meet its entry)
+            named = [n for n in defaults if f"dflash2_{n}_" in k["name"]]
+            p = {**p, VARIANT_KEY: max(named, key=len)} if named else None
         if p is not None and "dflash2" in k["name"] and full(p) is not None:
             times.setdefault(key, {}).setdefault(full(p), []).append(us)
     record: dict = {"source": source, "method": "ncu --cache-control all, each launch alone; "
@@ -258,7 +265,25 @@ def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict,
             record["choices"][label] = {
                 "skipped": "the cold sweep checked none of the tiles ncu timed"}
             continue
+        if shipped not in tiles:  # a tile beats the entry's own only when timed beside it
+            entries.append(e)
+            record["choices"][label] = {
+                "skipped": "the entry's own tile was not timed in these launches: no choice "
+                           "without it beside the others"}
+            continue
         best = min(tiles, key=tiles.get)
+        if best != shipped and max(times[key][best]) >= min(times[key][shipped]):
+            # beating the entry's own tile means beating it at every launch: a median ahead
+            # inside the launches' spread is noise, and a table that follows it churns
+            entries.append(e)
+            record["choices"][label] = {
+                "kept": f"the fastest tile alone ({tiles[best]:.1f} us, launches "
+                        f"{min(times[key][best]):.1f}-{max(times[key][best]):.1f}) is not faster "
+                        f"than the entry's own ({tiles[shipped]:.1f} us, "
+                        f"{min(times[key][shipped]):.1f}-{max(times[key][shipped]):.1f}) at "
+                        f"every launch",
+                "fastest": {**dict(best)}, "us": tiles[best], "previous_us": tiles[shipped]}
+            continue
         bp = dict(best)
         variant = bp.pop(VARIANT_KEY)
         params = {kk: bp[kk] for kk in CORE_KEYS}
@@ -366,8 +391,8 @@ def _choose(args) -> int:
     swept = {name: VARIANTS[name].DEFAULTS for name in sweep_points.SWEPT}
     new, record = choose_tiles(table, launches, cold, swept, ", ".join(f.name for f in csvs))
     for key, c in record["choices"].items():
-        if "skipped" in c:
-            print(f"{key}: unchanged ({c['skipped']})")
+        if "skipped" in c or "kept" in c:
+            print(f"{key}: unchanged ({c.get('skipped') or c['kept']})")
             continue
         prev = f"{c['previous_us']:.1f}" if c["previous_us"] else "-"
         print(f"{key}: {c['variant']} {c['chosen']} {c['us']:.1f} us alone (stock {c['stock_us']}, previous "

@@ -30,6 +30,12 @@ NCU_COLD = H200 / "previous_ncu_cold.csv"
 SWEPT = {name: VARIANTS[name].DEFAULTS for name in sp.SWEPT}
 
 
+def _kernel(variant: str) -> str:
+    """A custom launch's kernel name as ncu reports it: the variant is in it (the ``custom``
+    label, the table's own tile, names only the params)."""
+    return f"mlx::core::cu::custom_kernel_dflash2_{variant}_bfloat16_t_8_2_4"
+
+
 def _launches() -> list[dict]:
     return [{**k, "us": cvn.duration_us(k)} for k in cvn.parse(NCU_COLD.read_text())]
 
@@ -78,9 +84,10 @@ def test_an_fp16_tile_with_hi_in_place_can_be_chosen_and_launched_from_the_table
     shipped = (e.get("candidate") or e)["params"]
     hi = {**shipped, "hi_in_place": 1}
     launches = [{"label": "gate_up float16 M=8 stock x2", "name": "qmm_sm80", "us": 82.0},
-                {"label": f"gate_up float16 M=8 custom {shipped}", "name": "dflash2_x",
-                 "us": 24.1},
-                {"label": f"gate_up float16 M=8 tile {hi}", "name": "dflash2_x", "us": 22.5}]
+                {"label": f"gate_up float16 M=8 custom {shipped}",
+                 "name": _kernel((e.get("candidate") or e)["variant"]), "us": 24.1},
+                {"label": f"gate_up float16 M=8 tile {hi}", "name": _kernel(sp.NAME),
+                 "us": 22.5}]
     cold = {"shapes": {"gate_up/float16": {"points": [
         {**DEFAULTS, **hi, "ok": True, "exact_vs_register": True, "us": 22.0}]}}}
     new, rec = regen.choose_tiles(table, launches, cold, SWEPT, "synthetic")
@@ -105,9 +112,10 @@ def test_a_tile_of_another_variant_is_chosen_with_its_variant():
     shipped = (e.get("candidate") or e)["params"]
     gs = sp.as_params(((32, 4, 1, 0, 0), {"variant": "mma_group_sums"}))
     launches = [{"label": "gate_up bfloat16 M=8 stock x2", "name": "qmm_sm80", "us": 88.0},
-                {"label": f"gate_up bfloat16 M=8 custom {shipped}", "name": "dflash2_x",
-                 "us": 24.0},
-                {"label": f"gate_up bfloat16 M=8 tile {gs}", "name": "dflash2_x", "us": 19.0}]
+                {"label": f"gate_up bfloat16 M=8 custom {shipped}",
+                 "name": _kernel((e.get("candidate") or e)["variant"]), "us": 24.0},
+                {"label": f"gate_up bfloat16 M=8 tile {gs}", "name": _kernel("mma_group_sums"),
+                 "us": 19.0}]
     row = {**gs, "ok": True, "exact_vs_register": True}
     new, rec = regen.choose_tiles(table, launches, {"shapes": {"gate_up/bfloat16": {
         "points": [row]}}}, SWEPT, "synthetic")
@@ -138,11 +146,13 @@ def test_the_choice_reads_one_ncu_csv_a_shape(tmp_path):
     plain = sp.as_params((32, 4, 1, 1, 0))
     csvs, cold = [], {"shapes": {}}
     for shape, tile in (("gate_up", gsums), ("down", plain)):
-        shipped = (entry(shape).get("candidate") or entry(shape))["params"]
+        own = entry(shape).get("candidate") or entry(shape)
         f = tmp_path / f"ncu_cold_{shape}.csv"
-        f.write_text(cvn.csv_of([(f"{shape} bfloat16 M=8 stock", "qmm_sm80_kernel", 80.0),
-                               (f"{shape} bfloat16 M=8 custom {shipped}", "dflash2_a", 25.0),
-                               (f"{shape} bfloat16 M=8 tile {tile}", "dflash2_b", 20.0)]))
+        f.write_text(cvn.csv_of([
+            (f"{shape} bfloat16 M=8 stock", "qmm_sm80_kernel", 80.0),
+            (f"{shape} bfloat16 M=8 custom {own['params']}", _kernel(own["variant"]), 25.0),
+            (f"{shape} bfloat16 M=8 tile {tile}",
+             _kernel(tile.get("variant", sp.NAME)), 20.0)]))
         csvs.append(str(f))
         cold["shapes"][f"{shape}/bfloat16"] = {"points": [{**tile, "ok": True}]}
     (tmp_path / "cold.json").write_text(json.dumps(cold))
@@ -182,3 +192,59 @@ def test_an_m16_tile_is_chosen_only_from_tiles_checked_at_m16():
     e16 = _gate_up_bf16(new, 16)
     assert e16["variant"] == "stock" and e16["candidate"]["params"] == c["chosen"]
     assert _gate_up_bf16(new, 8) == _gate_up_bf16(table, 8)  # M=8 launches: none in the CSV
+
+
+def test_the_entrys_own_tile_is_known_by_its_kernel_and_no_choice_is_made_without_it():
+    """The table's own tile runs labelled ``custom {params}`` (no variant): its variant is the
+    kernel's. Keyed as mma_weights_a, a group-sums entry's own launch never met its entry, and
+    a slower tile of another variant replaced it (2026-12-05 12:50 UTC, gate/up fp16 M=8:
+    chosen at 22.5 us with the entry's own time '-'). Without the entry's own tile among the
+    launches nothing is chosen."""
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    e = next(e for e in table["entries"] if e["devices"] == ["sm_90"] and
+             e["shapes"] == ["gate_up"] and e["M"] == 8 and e["dtypes"] == ["float16"])
+    own = e.get("candidate") or e
+    assert own["variant"] == "mma_group_sums"  # the case: the entry's variant is not the default
+    other = sp.as_params((32, 4, 1, 0, 0))
+    cold = {"shapes": {"gate_up/float16": {"points": [{**other, "ok": True}]}}}
+    stock = {"label": "gate_up float16 M=8 stock x2", "name": "qmm_sm80", "us": 82.0}
+    mine = {"label": f"gate_up float16 M=8 custom {own['params']}",
+            "name": _kernel("mma_group_sums"), "us": 20.0}
+    theirs = {"label": f"gate_up float16 M=8 tile {other}", "name": _kernel(sp.NAME),
+              "us": 22.5}
+    new, rec = regen.choose_tiles(table, [stock, mine, theirs], cold, SWEPT, "synthetic")
+    c = rec["choices"]["gate_up/float16/8"]
+    assert c["variant"] == "mma_group_sums" and c["previous_us"] == pytest.approx(20.0)
+    assert c["chosen"] == {k: v for k, v in own["params"].items()}
+    for without in ([stock, theirs], [stock, {**mine, "name": "dflash2_unknown"}, theirs]):
+        new, rec = regen.choose_tiles(table, without, cold, SWEPT, "synthetic")
+        assert "not timed" in rec["choices"]["gate_up/float16/8"]["skipped"]
+        assert new["entries"] == table["entries"]
+
+
+def test_a_tile_replaces_the_entrys_own_only_when_faster_at_every_launch():
+    """Medians 22.1 against 23.0 us replace the entry's tile when every launch of the new one
+    is faster (22.4 < 22.6, gate/up bf16 M=8 on the H200, 12:47 UTC); launches that overlap
+    (22.2-22.8 against 22.7-23.2) keep it, the figures in the record."""
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    own = _gate_up_bf16(table, 8)
+    own = own.get("candidate") or own
+    dn2 = {**sp.as_params(tuple(own["params"][k] for k in ("n_tile", "k_groups", "unroll",
+                                                            "prefetch")) + (0,)), "denorm": 2}
+    cold = {"shapes": {"gate_up/bfloat16": {"points": [{**dn2, "ok": True}]}}}
+
+    def run(mine: tuple, theirs: tuple):
+        launches = [{"label": "gate_up bfloat16 M=8 stock", "name": "qmm_sm80", "us": 88.0}]
+        launches += [{"label": f"gate_up bfloat16 M=8 custom {own['params']}",
+                      "name": _kernel(own["variant"]), "us": us} for us in mine]
+        launches += [{"label": f"gate_up bfloat16 M=8 tile {dn2}", "name": _kernel(sp.NAME),
+                      "us": us} for us in theirs]
+        return regen.choose_tiles(table, launches, cold, SWEPT, "synthetic")
+
+    new, rec = run((22.6, 23.4), (21.7, 22.4))
+    assert rec["choices"]["gate_up/bfloat16/8"]["chosen"]["denorm"] == 2
+    assert _gate_up_bf16(new, 8)["params"]["denorm"] == 2
+    new, rec = run((22.7, 23.2), (22.2, 22.8))
+    c = rec["choices"]["gate_up/bfloat16/8"]
+    assert "every launch" in c["kept"] and c["us"] < c["previous_us"]
+    assert new["entries"] == table["entries"]
