@@ -36,10 +36,10 @@ from each launch ALONE:
 reads ncu's kernel time of every tile of the cold sweep's set (bench/cuda_verify_cold_sweep.py)
 under ``h200.sh ncucold --points`` (each launch alone, caches flushed), keeps the tiles that
 sweep ran and found bit-exact and close to stock (and the entry's own tile, known by its
-kernel's name), and puts the fastest (median over its launches) into the entry only where every
-launch of it beat every launch of the entry's own tile, timed in the same launches (else the
-entry is left as it is, the figures in the record) (its ``candidate`` where the entry selects stock), with a ``chosen`` note; the
-batched sweep's own ranking is not used (it lets independent launches overlap). The full record
+kernel's name), and puts the fastest (median over its launches) into the entry (its
+``candidate`` where the entry selects stock), with a ``chosen`` note, only where every launch of
+it beat every launch of the entry's own tile in the same launches; else the entry is left as it
+is, the figures in the record. The batched sweep's own ranking is not used (it lets independent launches overlap). The full record
 (every tile's time, stock's, the previous tile's) goes to ``--choice-out``. After a change, the reviewed record of
 selections (suites/expected_selections.json) must be reviewed and rewritten with
 ``python -m suites.expected_selections --write``.
