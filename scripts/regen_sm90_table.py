@@ -272,7 +272,13 @@ def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict,
                            "without it beside the others"}
             continue
         best = min(tiles, key=tiles.get)
-        if best != shipped and max(times[key][best]) >= min(times[key][shipped]):
+        if best == shipped:  # the entry's tile holds: its note stays the run that chose it
+            entries.append(e)
+            record["choices"][label] = {
+                "kept": f"the entry's own tile is the fastest alone ({tiles[best]:.1f} us)",
+                "us": tiles[best], "previous_us": tiles[shipped]}
+            continue
+        if max(times[key][best]) >= min(times[key][shipped]):
             # beating the entry's own tile means beating it at every launch: a median ahead
             # inside the launches' spread is noise, and a table that follows it churns
             entries.append(e)

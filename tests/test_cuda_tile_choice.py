@@ -213,9 +213,9 @@ def test_the_entrys_own_tile_is_known_by_its_kernel_and_no_choice_is_made_withou
     theirs = {"label": f"gate_up float16 M=8 tile {other}", "name": _kernel(sp.NAME),
               "us": 22.5}
     new, rec = regen.choose_tiles(table, [stock, mine, theirs], cold, SWEPT, "synthetic")
-    c = rec["choices"]["gate_up/float16/8"]
-    assert c["variant"] == "mma_group_sums" and c["previous_us"] == pytest.approx(20.0)
-    assert c["chosen"] == {k: v for k, v in own["params"].items()}
+    c = rec["choices"]["gate_up/float16/8"]  # its own launch found: it is the fastest
+    assert "own tile is the fastest" in c["kept"] and c["previous_us"] == pytest.approx(20.0)
+    assert new["entries"] == table["entries"]  # kept as it is, its note included
     for without in ([stock, theirs], [stock, {**mine, "name": "dflash2_unknown"}, theirs]):
         new, rec = regen.choose_tiles(table, without, cold, SWEPT, "synthetic")
         assert "not timed" in rec["choices"]["gate_up/float16/8"]["skipped"]
