@@ -350,9 +350,7 @@ def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
         return [as_params(pt) for pt in with_plain_twins(DENORMED[shape])]
     if kind not in ABLATE_AT:
         raise ValueError(f"no diagnostic tiles named {kind!r} (balanced, cluster, loads, "
-                         f"denorm_gate_up, "
-                         f"denorm_down, "
-                         f"{', '.join(ABLATE_AT)})")
+                         f"denorm_gate_up, denorm_down, {', '.join(ABLATE_AT)})")
     out = []
     for e in table["entries"]:
         if (e["devices"] == ["sm_90"] and e["M"] == ABLATE_AT[kind] and e["dtypes"] == ["bfloat16"]
