@@ -276,7 +276,8 @@ def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict,
             entries.append(e)
             record["choices"][label] = {
                 "kept": f"the entry's own tile is the fastest alone ({tiles[best]:.1f} us)",
-                "us": tiles[best], "previous_us": tiles[shipped]}
+                "us": tiles[best], "previous_us": tiles[shipped],
+                "previous": dict(cand["params"]), "previous_variant": cand["variant"]}
             continue
         if max(times[key][best]) >= min(times[key][shipped]):
             # beating the entry's own tile means beating it at every launch: a median ahead
@@ -288,7 +289,8 @@ def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict,
                         f"than the entry's own ({tiles[shipped]:.1f} us, "
                         f"{min(times[key][shipped]):.1f}-{max(times[key][shipped]):.1f}) at "
                         f"every launch",
-                "fastest": {**dict(best)}, "us": tiles[best], "previous_us": tiles[shipped]}
+                "fastest": {**dict(best)}, "us": tiles[best], "previous_us": tiles[shipped],
+                "previous": dict(cand["params"]), "previous_variant": cand["variant"]}
             continue
         bp = dict(best)
         variant = bp.pop(VARIANT_KEY)

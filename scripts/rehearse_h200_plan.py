@@ -52,8 +52,16 @@ def described(variant: str, params: dict) -> str:
 COLUMNS = {"gate_up": 1088, "down": 320}  # N a shape keeps: whole tiles of 16, 32 and 64
 
 
+# While the ncu run's launches are made, each stand-in launch prints its kernel's name, so the
+# made-up CSV names every launch's kernel as ncu does (the variant is in it; the label of the
+# table's own tile, "custom {params}", does not say it).
+_NAME_LAUNCHES = False
+
+
 def _standin(name, input_names, output_names, source, header="", **_):
     def kernel(*, inputs, template, grid, threadgroup, output_shapes, output_dtypes):
+        if _NAME_LAUNCHES:
+            print(f"STANDIN custom_kernel_{name}_standin")
         x, w, s, b = (a.astype(mx.float32) if a.dtype != mx.uint32 else a for a in inputs)
         y = mx.quantized_matmul(x, w, s, b, transpose=True, group_size=dict(template)["GS"],
                                 bits=4)
@@ -67,11 +75,24 @@ def _stock_f32(x, wq, s, b):
     return y.astype(x.dtype)
 
 
-def _made_up_us(label: str, favoured: str) -> tuple[str, float]:
+def _launches(ncu_output: str) -> list[tuple[str, str]]:
+    """(label, kernel name) of each launch the ncu run lists: the name its stand-in printed
+    before the label's NCU_ORDER line (stock's, which MLX builds, prints none)."""
+    out, name = [], "qmm_sm80_kernel"
+    for ln in ncu_output.splitlines():
+        if ln.startswith("STANDIN "):
+            name = ln.removeprefix("STANDIN ")
+        elif ln.startswith("NCU_ORDER"):
+            out.append((ln.removeprefix("NCU_ORDER ").rsplit(" x", 1)[0], name))
+            name = "qmm_sm80_kernel"
+    return out
+
+
+def _made_up_us(label: str, kernel: str, favoured: str) -> tuple[str, float]:
     path = label.split(" ", 3)[3]
     if path == "stock":
         return "qmm_sm80_kernel", 80.0
-    return "dflash2_standin", 15.0 + 0.01 * len(path) if favoured in path else 20.0
+    return kernel, 15.0 + 0.01 * len(path) if favoured in path else 20.0
 
 
 def _emulated(x, qw, params):
@@ -116,15 +137,16 @@ def rehearse(out: Path, emulate: bool = False, point_m: int = 8, points: str = "
                   "ok": sum(bool(p.get("ok")) for p in e["points"]),
                   "errors": [p["error"].split(" (")[0] for p in e["points"] if "error" in p]}
             for key, e in shapes.items()}
-        buf = io.StringIO()
+        global _NAME_LAUNCHES
+        buf, _NAME_LAUNCHES = io.StringIO(), True
         with contextlib.redirect_stdout(buf):
             chosen_tiles = (["--points"] if points == "next" else ["--tiles", json.dumps(
                 [sp.as_params(pt) for pts in sp.SETS[points].values() for pt in pts])])
             cvn.main([*chosen_tiles, "--no-bulk", "--ms", str(point_m), "--dtypes",
                       "bfloat16,float16", "--cold-sweep", str(sweep)])
-        labels = [ln.removeprefix("NCU_ORDER ").rsplit(" x", 1)[0]
-                  for ln in buf.getvalue().splitlines() if ln.startswith("NCU_ORDER")]
-        report["ncu_launches"] = len(labels)
+        _NAME_LAUNCHES = False
+        launches = _launches(buf.getvalue())
+        report["ncu_launches"] = len(launches)
         # denorm tiles ncu leaves out, by shape and dtype: their weights would run them plain
         skipped = [ln.split()[1:3] for ln in buf.getvalue().splitlines()
                    if ln.startswith("NCU_SKIP") and "denorm's limit" in ln]
@@ -132,14 +154,17 @@ def rehearse(out: Path, emulate: bool = False, point_m: int = 8, points: str = "
                                         for op, dt in sorted(map(tuple, skipped))}
         csv_path = out / "ncu_cold.csv"
         favoured = FAVOURED.get(points, FAVOURED["next"])
-        csv_path.write_text(cvn.csv_of([(lb, *_made_up_us(lb, favoured)) for lb in labels]))
+        csv_path.write_text(cvn.csv_of([(lb, *_made_up_us(lb, kernel, favoured))
+                                        for lb, kernel in launches]))
         chosen, record = out / "chosen_table.json", out / "tile_choice.json"
         with contextlib.redirect_stdout(io.StringIO()):
             report["choose_rc"] = regen.main([
                 "--choose-from-ncu", str(csv_path), "--cold-sweep", str(sweep),
                 "--out", str(chosen), "--choice-out", str(record)])
         choices = json.loads(record.read_text())["choices"]
-        report["chosen"] = {key: described(c["variant"], c["chosen"]) if "variant" in c
+        # a kept entry is what it was: the made-up times may rank its own tile first
+        report["chosen"] = {key: described(c["variant"], c["chosen"]) if "chosen" in c
+                            else described(c["previous_variant"], c["previous"]) if "kept" in c
                             else c.get("skipped") for key, c in choices.items()}
         launched = {}
         for e in json.loads(chosen.read_text())["entries"]:
@@ -156,6 +181,7 @@ def rehearse(out: Path, emulate: bool = False, point_m: int = 8, points: str = "
                                                                       v["params"])
         report["launched"] = launched
     finally:
+        _NAME_LAUNCHES = False
         mx.fast.cuda_kernel, cv.stock, cs.launch = saved[0], saved[1], saved[3]
         cv.SHAPES.clear()
         cv.SHAPES.update(saved[2])
