@@ -39,16 +39,11 @@ ISSUE_PCT = (ISSUE_ACTIVE, "Issue Slots Busy")
 SHOWN = ("n_tile", "k_groups", "unroll")  # a tile's name even where they are the defaults
 
 
-def variant_of(kernel: str) -> str | None:
-    """The custom variant a kernel name belongs to (the ``custom`` label does not say it)."""
-    return next((name for name in sp.SWEPT if f"dflash2_{name}_" in kernel), None)
-
-
 def leg_of(label: str, kernel: str) -> tuple[tuple, str, int] | None:
     """(the tile's key, which leg, its denorm mode) of one launch, or None for stock and any
     launch that is not a swept variant's tile."""
     m = LABEL.match(label)
-    name = variant_of(kernel)
+    name = sp.variant_of(kernel)
     if m is None or name is None:
         return None
     shape, dtype, ms, _, params = m.groups()

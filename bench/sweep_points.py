@@ -245,6 +245,14 @@ def launch_of(params: dict) -> tuple[str, dict]:
     return p.pop(VARIANT, NAME), p
 
 
+def variant_of(kernel: str, names=SWEPT) -> str | None:
+    """The variant among ``names`` whose kernel ``kernel`` is (ncu's name for a launch: MLX
+    calls it custom_kernel_dflash2_<variant>_<template>), the longest where names nest. A
+    launch label of the table's own tile (``custom {params}``) names only the params."""
+    named = [n for n in names if f"dflash2_{n}_" in kernel]
+    return max(named, key=len) if named else None
+
+
 def point_of(name: str, params: dict) -> dict:
     """``launch_of``'s inverse: a variant's params as a point's (the variant named unless it is
     NAME's)."""

@@ -39,9 +39,9 @@ sweep ran and found bit-exact and close to stock (and the entry's own tile, know
 kernel's name), and puts the fastest (median over its launches) into the entry (its
 ``candidate`` where the entry selects stock), with a ``chosen`` note, only where every launch of
 it beat every launch of the entry's own tile in the same launches; else the entry is left as it
-is, the figures in the record. The batched sweep's own ranking is not used (it lets independent launches overlap). The full record
-(every tile's time, stock's, the previous tile's) goes to ``--choice-out``. After a change, the reviewed record of
-selections (suites/expected_selections.json) must be reviewed and rewritten with
+is, the figures in the record. The batched sweep's own ranking is not used (it lets
+independent launches overlap). The full record (every tile's time, stock's, the previous
+tile's) goes to ``--choice-out``. After a change, the reviewed record of selections (suites/expected_selections.json) must be reviewed and rewritten with
 ``python -m suites.expected_selections --write``.
 """
 
@@ -212,6 +212,8 @@ def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict,
     ``defaults``: each swept variant's DEFAULTS (tiles are compared with them filled in)."""
     import statistics
 
+    from sweep_points import variant_of
+
     def full(p: dict) -> tuple | None:
         name = p.get(VARIANT_KEY, UNNAMED)
         if name not in defaults:
@@ -235,8 +237,8 @@ def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict,
         if p is not None and head[3].startswith("custom") and VARIANT_KEY not in p:
             # the table's own tile, labelled by its params alone: its variant is the kernel's
             # (a group-sums tile keyed as mma_weights_a would never meet its entry)
-            named = [n for n in defaults if f"dflash2_{n}_" in k["name"]]
-            p = {**p, VARIANT_KEY: max(named, key=len)} if named else None
+            name = variant_of(k["name"], defaults)
+            p = {**p, VARIANT_KEY: name} if name else None
         if p is not None and "dflash2" in k["name"] and full(p) is not None:
             times.setdefault(key, {}).setdefault(full(p), []).append(us)
     record: dict = {"source": source, "method": "ncu --cache-control all, each launch alone; "
@@ -272,12 +274,13 @@ def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict,
                            "without it beside the others"}
             continue
         best = min(tiles, key=tiles.get)
+        own = {"previous": dict(cand["params"]), "previous_variant": cand["variant"],
+               "previous_us": tiles[shipped]}  # what a kept entry keeps
         if best == shipped:  # the entry's tile holds: its note stays the run that chose it
             entries.append(e)
             record["choices"][label] = {
                 "kept": f"the entry's own tile is the fastest alone ({tiles[best]:.1f} us)",
-                "us": tiles[best], "previous_us": tiles[shipped],
-                "previous": dict(cand["params"]), "previous_variant": cand["variant"]}
+                "us": tiles[best], **own}
             continue
         if max(times[key][best]) >= min(times[key][shipped]):
             # beating the entry's own tile means beating it at every launch: a median ahead
@@ -289,8 +292,7 @@ def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict,
                         f"than the entry's own ({tiles[shipped]:.1f} us, "
                         f"{min(times[key][shipped]):.1f}-{max(times[key][shipped]):.1f}) at "
                         f"every launch",
-                "fastest": {**dict(best)}, "us": tiles[best], "previous_us": tiles[shipped],
-                "previous": dict(cand["params"]), "previous_variant": cand["variant"]}
+                "fastest": dict(best), "us": tiles[best], **own}
             continue
         bp = dict(best)
         variant = bp.pop(VARIANT_KEY)
