@@ -210,6 +210,20 @@ DENORMED = {
              ((32, 8, 2, 0, 0, 128, 1), DENORM_2), ((16, 8, 1, 1, 0), DENORM_ON),
              ((32, 4, 2, 0, 0, 128, 1), DENORM_ON), ((16, 17, 1, 0, 0), DENORM_ON)],
 }
+# Added 2026-12-05 14:10 UTC: the packed bulk pipeline's legs. The register pipeline's loads
+# alone reach a bare read only with ~132 KB in flight an SM, and then its whole is slower
+# (the loads' registers are the math's): loads in shared memory, filled by a producer warp, hold
+# bytes in flight without the computing warps' registers. The bulk pipeline (its last timing
+# 2026-12-04 19:18 UTC, before the one-LOP3 change and denorm: a tie) now takes ``ablate`` too,
+# so each tile runs whole (plain and at denorm 2), loads alone (the producer's copies, read back
+# and folded) and math alone at denorm 2 (no weights copied). The ring's depth a block is
+# 16-32 KB here against the register tile's ~16 KB; 4-5 blocks an SM.
+BULK_TILES = {"gate_up": [((32, 4, 1, 0, 4), {"bulk": 2}), ((32, 4, 1, 0, 3), {"bulk": 2}),
+                          ((32, 4, 2, 0, 2), {"bulk": 2}), ((16, 4, 1, 0, 4), {"bulk": 2})],
+              "down": [((16, 8, 1, 0, 4), {"bulk": 2}), ((16, 8, 1, 0, 6), {"bulk": 2})]}
+# the same tiles' whole at denorm 2, the set whose bit-exactness the cold sweep checks
+BULK_DENORM = {shape: [(pt, {**extra, **DENORM_2}) for pt, extra in pts]
+               for shape, pts in BULK_TILES.items()}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}
@@ -302,7 +316,7 @@ BULK_SMOKE = (((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 4, 1, 0, 4), {"bulk": 2}),
 
 
 # Every set by the name ``--points`` takes (the sweep and the ncu run): the next, or a run's.
-SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,
+SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm": BULK_DENORM, "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,
         "2026-12-04-bulk-rows": POINTS_2026_12_04_BULK_ROWS,
         "2026-12-04-bulk": POINTS_2026_12_04_BULK, "2026-12-04": POINTS_2026_12_04,
         "2026-12-03": POINTS_2026_12_03}
@@ -341,7 +355,7 @@ def with_plain_twins(points: list) -> list:
 def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
     """The tiles of h200.sh's ``diagnose`` run, as ``cuda_verify_ncu --tiles`` takes them:
     ``balanced``, the BALANCED points; ``cluster``, the CLUSTERED points; ``loads``, the LOADS
-    tiles' loads alone; ``ablate``
+    tiles' loads alone; ``bulk_<shape>``, the BULK_TILES' legs; ``ablate``
     (``ablate16``), the selection table's sm_90 gate/up and down tiles at M=8 (16) in bf16
     with a part taken out (1: the loads alone, 2: the math alone; an mma_weights_a tile's
     math alone and whole also with each of DENORM_MODES), so the run measures what the table ships,
@@ -352,13 +366,18 @@ def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
         return [as_params(pt) for pts in CLUSTERED.values() for pt in pts]
     if kind == "loads":
         return [{**as_params(pt), "ablate": 1} for pt in LOADS]
+    if kind.startswith("bulk_") and kind.removeprefix("bulk_") in BULK_TILES:
+        # each tile whole (plain, denorm 2), its loads alone and its math alone at denorm 2
+        return [{**as_params(pt), **extra} for pt in BULK_TILES[kind.removeprefix("bulk_")]
+                for extra in ({}, DENORM_2, {"ablate": 1}, {**DENORM_2, "ablate": 2})]
     shape = kind.removeprefix("denorm_")
     if shape != kind and shape in DENORMED:
         # a shape's denormed tiles, each beside its plain self (the same run's baseline)
         return [as_params(pt) for pt in with_plain_twins(DENORMED[shape])]
     if kind not in ABLATE_AT:
         raise ValueError(f"no diagnostic tiles named {kind!r} (balanced, cluster, loads, "
-                         f"denorm_gate_up, denorm_down, {', '.join(ABLATE_AT)})")
+                         f"denorm_gate_up, denorm_down, bulk_gate_up, bulk_down, "
+                         f"{', '.join(ABLATE_AT)})")
     out = []
     for e in table["entries"]:
         if (e["devices"] == ["sm_90"] and e["M"] == ABLATE_AT[kind] and e["dtypes"] == ["bfloat16"]
@@ -378,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] != "tiles":
         print("usage: sweep_points.py tiles balanced|cluster|loads|denorm_gate_up|denorm_down|"
-              "ablate|ablate16", file=sys.stderr)
+              "bulk_gate_up|bulk_down|ablate|ablate16", file=sys.stderr)
         return 2
     table = json.loads(table_path().read_text())  # the table in effect, as the runtime reads it
     try:

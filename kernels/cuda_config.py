@@ -65,9 +65,9 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     if denorm and hi_in_place:
         raise tiling.TilingError(f"{name}: denorm and hi_in_place are two ways to take the "
                                  f"nibbles; a tile takes one")
-    if ablate and (stages or bulk):
+    if ablate and stages and not bulk:
         raise tiling.TilingError(f"{name}: ablate takes a part out of the register pipeline "
-                                 f"only, not the cp.async ring or the bulk pipeline")
+                                 f"or the bulk pipeline, not the cp.async ring")
     if hi_in_place and dtype != "float16":
         raise tiling.TilingError(
             f"{name}: hi_in_place is for float16 only, not {dtype} (bf16's 7-bit mantissa "

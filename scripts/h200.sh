@@ -216,7 +216,7 @@ case "$cmd" in
     # balance: the balanced gate/up tiles (bench/sweep_points.BALANCED), and the cluster
     # lever's tiles (CLUSTERED), checked bit for bit against their unclustered twins first in
     # a sweep of their own.
-    # DIAGNOSE_PARTS: which of hot, ablate, ablate16, loads, sections, sections16 (default
+    # DIAGNOSE_PARTS: which of hot, ablate, ablate16, loads, bulk, sections, sections16 (default
     # hot, ablate, ablate16 and sections)
     export PYTHONPATH=/tmp/site:$PWD
     tiles() { python3 bench/sweep_points.py tiles "$1"; }
@@ -263,9 +263,25 @@ case "$cmd" in
       python3 bench/sass_stalls.py "$OUT/ablate16_sass/sass_source.csv" \
         > "$OUT/ablate16_sass/sass.md" 2>&1 || echo "diagnose: sass_stalls16 rc $?"
     fi
+    # bulk: the packed bulk pipeline's tiles (bench/sweep_points.BULK_TILES), checked bit for
+    # bit at denorm 2 against their register twins at M=8 first (CHECK_TIMEOUT, default 200),
+    # then each shape's tiles alone under ncu: whole plain and at denorm 2, loads alone (the
+    # producer's copies), math alone at denorm 2. Run with ablate: the register tile's legs in
+    # the same call are the baseline
+    if [[ $parts == *" bulk "* ]]; then
+      SWEEP_OUT=/tmp/h200res/bulk8 BENCH_TIMEOUT=${CHECK_TIMEOUT:-200} bash "$0" coldsweep \
+        --check-only --points bulk-denorm --ms 8 --no-ring || echo "diagnose: bulk check rc $?"
+      for shape in gate_up down; do
+        mkdir -p "$OUT/bulk_$shape"
+        NCU_LIGHT=1 NCU_TAG=_bulk_$shape NCU_DTYPES=bfloat16 OUT=$OUT/bulk_$shape bash "$0" \
+          ncucold --shapes $shape --ms 8 --reps 2 --tiles "$(tiles bulk_$shape)" \
+          || echo "diagnose: bulk $shape rc $?"
+      done
+    fi
     # each ablated tile's legs in one row: whole, loads alone, math alone at each denorm mode
     # (bench/ablate_legs.py), which is longer and how far the whole is over it
-    legs=$(ls "$OUT"/ablate*/ncu_cold.csv "$OUT"/loads/ncu_cold.csv 2> /dev/null || true)
+    legs=$(ls "$OUT"/ablate*/ncu_cold.csv "$OUT"/loads/ncu_cold.csv \
+      "$OUT"/bulk_*/ncu_cold.csv 2> /dev/null || true)
     # shellcheck disable=SC2086
     [ -z "$legs" ] || python3 bench/ablate_legs.py $legs --out "$OUT/legs" > /dev/null \
       || echo "diagnose: legs rc $?"

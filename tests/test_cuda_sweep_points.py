@@ -242,3 +242,25 @@ def test_the_loads_tiles_are_loads_alone_in_bounds_and_launch_where_they_tile():
                     cuda.launch_config(sp.NAME, 8, k, n, 64, "bfloat16", t)
                 continue
             assert cuda.launch_config(sp.NAME, 8, k, n, 64, "bfloat16", t).grid > 0
+
+
+def test_the_bulk_tiles_legs_are_each_tile_whole_loads_alone_and_math_alone_and_launch():
+    """``bulk_<shape>``: each packed bulk tile whole (plain, denorm 2), loads alone and math
+    alone at denorm 2, every one a launch on its shape at M=8 (a tile that did not tile would
+    be skipped on the device, and its legs lost); the check's set is the same tiles' whole at
+    denorm 2, each against its plain register twin."""
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    for shape, pts in sp.BULK_TILES.items():
+        tiles = sp.diagnostic_tiles(f"bulk_{shape}", table)
+        assert len(tiles) == 4 * len(pts) and all(t["bulk"] == 2 for t in tiles)
+        legs = [(t.get("ablate", 0), t.get("denorm", 0)) for t in tiles]
+        assert legs == [(0, 0), (0, 2), (1, 0), (2, 2)] * len(pts)
+        k, n = cv.SHAPES[shape]
+        for t in tiles:
+            cfg = cuda.launch_config(sp.NAME, 8, k, n, 64, "bfloat16", t)
+            assert cfg.template["ABLATE"] == t.get("ablate", 0) and cfg.shared_memory > 0
+        checked = [sp.as_params(pt) for pt in sp.SETS["bulk-denorm"][shape]]
+        assert [p["denorm"] for p in checked] == [2] * len(pts)
+        for p in checked:
+            twin = sp.register_twin(p)
+            assert (twin["stages"], twin["bulk"], twin["denorm"], twin["unroll"]) == (0, 0, 0, 1)
