@@ -2,8 +2,10 @@
 also holds ``mma_group_sums``' tiles).
 
 Data, kept apart from the sweep (bench/cuda_verify_cold_sweep.py) that runs it: each earlier
-set is the record of what a run in bench/results/h200/ timed, with the tree it needed; the
-``POINTS`` set is the next device session's, in priority order. The helpers turn a point into
+set is the record of what a run in bench/results/h200/ timed, with the tree it needed (those of
+2026-12-03 and -04 in bench/sweep_records.py); the ``POINTS`` set is the next device
+session's, in priority order. A point is a tuple (n_tile, k_groups, unroll, prefetch, stages[,
+l2_prefetch[, x_early]]) or (tuple, {key: value}). The helpers turn a point into
 the params a launch takes, and a sweep row back into its tile.
 """
 
@@ -14,89 +16,15 @@ import sys
 
 from kernels.selection import table_path
 from kernels.variants import VARIANTS
+from sweep_records import (DN, GU, POINTS_2026_12_03, POINTS_2026_12_04,
+                           POINTS_2026_12_04_BULK, POINTS_2026_12_04_BULK_PACKED,
+                           POINTS_2026_12_04_BULK_ROWS)
 
 NAME = "mma_weights_a"
 SWEPT = (NAME, "mma_group_sums")  # the variants a point may name
 # A point of another variant than NAME names it in its dict ({"variant": ...}); it takes the
 # tuple's keys that variant has (its register pipeline's: stages and bulk must be 0).
 VARIANT = "variant"
-# (n_tile, k_groups, unroll, prefetch, stages[, l2_prefetch[, x_early]]): the register
-# pipeline's tiles first, then the cp.async ring at 12-48 KiB of shared memory per block.
-# Ring tiles are chosen so that every block is resident at once (one wave): blocks per SM are
-# bounded by 228 KiB / (ring + 1 KiB) and by 64 warps, and N / n_tile blocks must fit 132 SMs.
-# The first run (2026-12-03 18:32 UTC, bench/results/h200/cuda_verify_cold_sweep.*) timed these
-# ring tiles at 28.6-43.4 us against 22.6-25.9 us for the register tiles, in batches.
-POINTS_2026_12_03 = {
-    "gate_up": [(32, 1, 1, 1, 0), (64, 2, 4, 0, 0), (32, 4, 2, 0, 0),
-                (32, 1, 1, 0, 8), (32, 2, 1, 0, 4), (32, 2, 1, 0, 6), (32, 4, 1, 0, 2),
-                (32, 4, 1, 0, 3), (64, 2, 1, 0, 4), (64, 4, 1, 0, 2), (16, 4, 1, 0, 4),
-                (16, 2, 1, 0, 8), (16, 1, 1, 0, 8), (16, 4, 1, 0, 2), (16, 2, 1, 0, 4),
-                (32, 2, 1, 0, 6, 256), (32, 4, 1, 0, 3, 256), (16, 2, 1, 0, 8, 256),
-                (16, 4, 1, 0, 4, 256)],
-    "down": [(64, 4, 2, 0, 0), (32, 4, 2, 1, 0), (32, 8, 1, 1, 0),
-             (32, 4, 1, 0, 4), (32, 4, 1, 0, 3), (32, 8, 1, 0, 2), (32, 2, 1, 0, 8),
-             (16, 8, 1, 0, 4), (16, 8, 1, 0, 3), (16, 8, 1, 0, 2), (16, 4, 1, 0, 8),
-             (16, 4, 1, 0, 4), (16, 2, 1, 0, 8), (64, 4, 1, 0, 2),
-             (16, 8, 1, 0, 4, 256), (16, 4, 1, 0, 8, 256), (32, 4, 1, 0, 4, 256)],
-}
-# The second set (2026-12-03 19:45 to 2026-12-04 15:25 UTC; the table's tiles were chosen from
-# it): the best tiles of that run, activations loaded early (x_early) in both pipelines, and for
-# down the tiles with at least 132 blocks (64-column tiles leave 52 of the 132 SMs idle when a
-# launch runs alone).
-POINTS_2026_12_04 = {
-    "gate_up": [(32, 4, 2, 0, 0), (32, 4, 2, 0, 0, 128, 1), (32, 2, 2, 0, 0, 128, 1),
-                (32, 4, 1, 1, 0, 128, 1), (64, 2, 4, 0, 0), (16, 8, 2, 0, 0),
-                (16, 8, 2, 0, 0, 128, 1), (64, 4, 1, 0, 2), (64, 2, 1, 0, 2, 128, 1),
-                (32, 4, 1, 0, 2, 128, 1), (32, 2, 1, 0, 4, 128, 1)],
-    "down": [(64, 4, 2, 0, 0), (32, 4, 2, 0, 0), (32, 4, 2, 0, 0, 128, 1), (32, 8, 2, 0, 0),
-             (32, 8, 2, 0, 0, 128, 1), (16, 8, 2, 0, 0), (16, 8, 2, 0, 0, 128, 1),
-             (32, 8, 1, 1, 0, 128, 1), (32, 8, 1, 0, 2), (16, 8, 1, 0, 4),
-             (32, 4, 1, 0, 2, 128, 1), (16, 8, 1, 0, 2, 128, 1)],
-}
-# Two more sets ran on 2026-12-04 and are kept only as records, with the code they needed
-# (removed after: neither moved the time; docs/CUDA.md): at ebc2480, the shipped tiles with
-# ``l2_ahead`` (an L2 prefetch of the weights D K steps ahead) and ``min_blocks`` (launch
-# bounds), bench/results/h200/levers_*; at 8ed1b86, load cache policies (weights kept out of L1,
-# activations in it), bench/results/h200/ldpolicy_*.
-# A dict adds keys to the tuple's tile.
-GU, DN = (32, 4, 2, 0, 0, 128, 1), (16, 8, 2, 0, 0, 128, 1)
-# The first bulk run (2026-12-04 18:55 UTC, tree 63b15b5, bench/results/h200/bulk_small_*): the
-# shipped tiles, ``min_blocks`` 5 on gate/up, and the bulk pipeline with one or two K steps a
-# stage (64 or 128 B a bulk copy, a stage read into registers whole): every bulk tile bit for bit
-# right and 1.9-3.6x slower than the shipped tiles, batched (M=8: gate/up 52.0-77.1 us against
-# 27.7-28.1, down 60.1-102.5 against 32.3-36.3).
-POINTS_2026_12_04_BULK = {
-    "gate_up": [GU, (GU, {"min_blocks": 5}),
-                ((32, 4, 1, 0, 6), {"bulk": 1}), ((32, 4, 2, 0, 3), {"bulk": 1}),
-                ((32, 4, 1, 0, 4), {"bulk": 1}), ((32, 8, 1, 0, 4), {"bulk": 1}),
-                ((16, 8, 1, 0, 6), {"bulk": 1})],
-    "down": [DN, ((16, 8, 1, 0, 6), {"bulk": 1}), ((16, 8, 2, 0, 3), {"bulk": 1}),
-             ((32, 8, 1, 0, 4), {"bulk": 1}), ((32, 4, 2, 0, 3), {"bulk": 1}),
-             ((32, 8, 2, 0, 0, 128, 1))],
-}
-# The second bulk run (19:13 UTC, tree 91d8058, bench/results/h200/bulk_rows_*): larger copies
-# (a stage of ``unroll`` K steps, one copy of 64 x unroll bytes a row, read back one step at a
-# time) at grids of about one wave. Alone under ncu, gate/up bf16: 64 B copies 89.8 us, 128 B
-# 37.3-55.4, 256 B 39.4-42.3, 320 B 33.2-45.4, against 25.9 for the shipped tile.
-POINTS_2026_12_04_BULK_ROWS = {
-    "gate_up": [GU, ((32, 4, 1, 0, 4), {"bulk": 1}),
-                ((32, 2, 5, 0, 2), {"bulk": 1}), ((32, 2, 4, 0, 2), {"bulk": 1}),
-                ((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 2, 2, 0, 4), {"bulk": 1}),
-                ((16, 2, 2, 0, 4), {"bulk": 1}), ((32, 4, 5, 0, 2), {"bulk": 1})],
-    "down": [DN, ((32, 8, 2, 0, 0, 128, 1)), ((16, 8, 1, 0, 6), {"bulk": 1}),
-             ((16, 4, 2, 0, 4), {"bulk": 1}), ((16, 2, 4, 0, 3), {"bulk": 1})],
-}
-# The third bulk run (19:18 UTC, tree bf14742, bench/results/h200/bulk_packed_*): ``bulk`` = 2,
-# the weights packed so that a block's stage is ONE bulk copy (4-40 KB) instead of one a row,
-# at grids of about one wave, beside the shipped tiles and the second run's best row-copy tile.
-POINTS_2026_12_04_BULK_PACKED = {
-    "gate_up": [GU, ((16, 2, 5, 0, 3), {"bulk": 1}),
-                ((32, 4, 1, 0, 4), {"bulk": 2}), ((32, 4, 1, 0, 3), {"bulk": 2}),
-                ((32, 2, 1, 0, 4), {"bulk": 2}), ((16, 4, 1, 0, 4), {"bulk": 2}),
-                ((16, 4, 1, 0, 6), {"bulk": 2}), ((16, 2, 5, 0, 2), {"bulk": 2})],
-    "down": [DN, ((16, 8, 1, 0, 4), {"bulk": 2}), ((16, 8, 1, 0, 6), {"bulk": 2}),
-             ((16, 4, 1, 0, 6), {"bulk": 2}), ((16, 8, 2, 0, 3), {"bulk": 2})],
-}
 # The next sweep, after the one-LOP3 change (2026-12-04 20:10 UTC, docs/CUDA.md): the shipped
 # tiles; the register tiles ncu timed faster than them after it, at M=16 (gate/up (32, 4, 1, 0,
 # x_early), down (32, 8, 1, 0, x_early)) and at M=8 (gate/up without x_early),
