@@ -52,6 +52,8 @@ import json
 import sys
 from pathlib import Path
 
+from sm90_tile_choice import CORE_KEYS, choose_tiles  # noqa: F401 (the tests reach both here)
+
 ROOT = Path(__file__).resolve().parents[1]
 DEVICE = "sm_90"
 STOCK = "stock"
@@ -177,147 +179,6 @@ def regenerate(table: dict, results: dict, results_name: str) -> tuple[dict, lis
                                       "kept": keep and not e.get("hold"),
                                       **({"held": e["hold"]} if e.get("hold") else {}), **fig})
     return {**table, "entries": entries}, decisions
-
-
-# The tile keys written into an entry (the pipeline keys only when not default), and the key a
-# launch label names another variant than the entry's default candidate with.
-CORE_KEYS = ("n_tile", "k_groups", "unroll", "prefetch")
-VARIANT_KEY = "variant"
-UNNAMED = "mma_weights_a"  # the variant of a label or row without VARIANT_KEY
-
-
-def _tile_from_label(label: str) -> dict | None:
-    """The params dict at the end of an ncu launch label ("op dtype M=8 tile {...}")."""
-    import ast
-    at = label.find("{")
-    if at < 0:
-        return None
-    try:
-        p = ast.literal_eval(label[at:])
-    except (ValueError, SyntaxError):
-        return None
-    return p if isinstance(p, dict) else None
-
-
-def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict,
-                 defaults: dict[str, dict], source: str) -> tuple[dict, dict]:
-    """(table with the gate_up/down sm_90 tiles chosen by ncu time alone, the record), at
-    every M the launches were timed at (an entry per M: the tile that serves M=8 best need not
-    serve M=16 best). A tile may be of any variant the sweep runs (its label's and its row's
-    ``variant`` key, else mma_weights_a): the entry takes the fastest's variant.
-    ``launches``: bench/cuda_verify_ncu.py's ``parse`` of the CSV (label, name), each with
-    its kernel time ``us``;
-    ``cold_sweep``: the cold sweeps' shapes, keyed "op/dtype" or, for a sweep at another M
-    than 8, "op/dtype/M" (its tiles were checked at that M);
-    ``defaults``: each swept variant's DEFAULTS (tiles are compared with them filled in)."""
-    import statistics
-
-    from sweep_points import variant_of
-
-    def full(p: dict) -> tuple | None:
-        name = p.get(VARIANT_KEY, UNNAMED)
-        if name not in defaults:
-            return None
-        d = defaults[name]
-        return tuple(sorted({**d, **{kk: v for kk, v in p.items() if kk in d},
-                             VARIANT_KEY: name}.items()))
-
-    times: dict[tuple, dict[tuple, list[float]]] = {}
-    stock: dict[tuple, list[float]] = {}
-    for k in launches:
-        head = k["label"].split(" ", 3)
-        us = k.get("us")
-        if len(head) < 4 or not head[2].startswith("M=") or us is None:
-            continue
-        key = (head[0], head[1], int(head[2][2:]))
-        if head[3] == "stock" and ("qmm" in k["name"] or "qmv" in k["name"]):
-            stock.setdefault(key, []).append(us)
-            continue
-        p = _tile_from_label(head[3])
-        if p is not None and head[3].startswith("custom") and VARIANT_KEY not in p:
-            # the table's own tile, labelled by its params alone: its variant is the kernel's
-            # (a group-sums tile keyed as mma_weights_a would never meet its entry)
-            name = variant_of(k["name"], defaults)
-            p = {**p, VARIANT_KEY: name} if name else None
-        if p is not None and "dflash2" in k["name"] and full(p) is not None:
-            times.setdefault(key, {}).setdefault(full(p), []).append(us)
-    record: dict = {"source": source, "method": "ncu --cache-control all, each launch alone; "
-                    "median over a tile's launches; only tiles the cold sweep ran at that M and "
-                    "found bit-exact and within 2e-2 of stock (and the entry's own tile)",
-                    "choices": {}}
-    entries = []
-    for e in table["entries"]:
-        cand = e.get("candidate") or {"variant": e["variant"], "params": e.get("params", {})}
-        key = ((e["shapes"][0], e["dtypes"][0], int(e["M"]))
-               if len(e["shapes"]) == len(e["dtypes"]) == 1 else None)
-        if DEVICE not in e["devices"] or key not in times or cand["variant"] not in defaults:
-            entries.append(e)
-            continue
-        label = "/".join(map(str, key))
-        swept = cold_sweep.get("shapes", {})
-        sweep = (swept.get(label) or (swept.get(f"{key[0]}/{key[1]}") if key[2] == 8 else None)
-                 or {}).get("points", [])
-        # only a tile the cold sweep ran at this M and found exact (skipped: unchecked)
-        good = {full(pt) for pt in sweep if pt.get("ok")} - {None}
-        shipped = full({**cand["params"], VARIANT_KEY: cand["variant"]})
-        tiles = {t: statistics.median(v) for t, v in times[key].items()
-                 if t in good or t == shipped}
-        if not set(tiles) - {shipped}:  # nothing checked to choose from: left as it is
-            entries.append(e)
-            record["choices"][label] = {
-                "skipped": "the cold sweep checked none of the tiles ncu timed"}
-            continue
-        if shipped not in tiles:  # a tile beats the entry's own only when timed beside it
-            entries.append(e)
-            record["choices"][label] = {
-                "skipped": "the entry's own tile was not timed in these launches: no choice "
-                           "without it beside the others"}
-            continue
-        best = min(tiles, key=tiles.get)
-        own = {"previous": dict(cand["params"]), "previous_variant": cand["variant"],
-               "previous_us": tiles[shipped]}  # what a kept entry keeps
-        if best == shipped:  # the entry's tile holds: its note stays the run that chose it
-            entries.append(e)
-            record["choices"][label] = {
-                "kept": f"the entry's own tile is the fastest alone ({tiles[best]:.1f} us)",
-                "us": tiles[best], **own}
-            continue
-        if max(times[key][best]) >= min(times[key][shipped]):
-            # beating the entry's own tile means beating it at every launch: a median ahead
-            # inside the launches' spread is noise, and a table that follows it churns
-            entries.append(e)
-            record["choices"][label] = {
-                "kept": f"the fastest tile alone ({tiles[best]:.1f} us, launches "
-                        f"{min(times[key][best]):.1f}-{max(times[key][best]):.1f}) is not faster "
-                        f"than the entry's own ({tiles[shipped]:.1f} us, "
-                        f"{min(times[key][shipped]):.1f}-{max(times[key][shipped]):.1f}) at "
-                        f"every launch",
-                "fastest": dict(best), "us": tiles[best], **own}
-            continue
-        bp = dict(best)
-        variant = bp.pop(VARIANT_KEY)
-        params = {kk: bp[kk] for kk in CORE_KEYS}
-        params.update({kk: v for kk, v in bp.items()
-                       if kk not in CORE_KEYS and v != defaults[variant][kk]})
-        stock_us = statistics.median(stock[key]) if key in stock else None
-        note = (f"tile chosen by ncu time alone ({source}): {tiles[best]:.1f} us"
-                + (f" vs stock {stock_us:.1f} us" if stock_us else "")
-                + (f"; previous tile {tiles[shipped]:.1f} us" if shipped in tiles else ""))
-        new = dict(e)
-        if e["variant"] == "stock":
-            new["candidate"] = {"variant": variant, "params": params}
-        else:
-            new["variant"], new["params"] = variant, params
-        new["chosen"] = note
-        entries.append(new)
-        record["choices"][label] = {
-            "chosen": params, "variant": variant, "us": tiles[best], "stock_us": stock_us,
-            "previous": dict(cand["params"]), "previous_variant": cand["variant"],
-            "previous_us": tiles.get(shipped),
-            "tiles": sorted(({"params": dict(t), "us": u} for t, u in tiles.items()),
-                            key=lambda r: r["us"]),
-            "excluded_unchecked": [dict(t) for t in times[key] if t not in tiles]}
-    return {**table, "entries": entries}, record
 
 
 def render(table: dict) -> str:
