@@ -16,9 +16,9 @@ import sys
 
 from kernels.selection import table_path
 from kernels.variants import VARIANTS
-from sweep_records import (DN, GU, POINTS_2026_12_03, POINTS_2026_12_04,
-                           POINTS_2026_12_04_BULK, POINTS_2026_12_04_BULK_PACKED,
-                           POINTS_2026_12_04_BULK_ROWS)
+from sweep_records import (BULK_TILES_2026_12_05, DN, GU, POINTS_2026_12_03,
+                           POINTS_2026_12_04, POINTS_2026_12_04_BULK,
+                           POINTS_2026_12_04_BULK_PACKED, POINTS_2026_12_04_BULK_ROWS)
 
 NAME = "mma_weights_a"
 SWEPT = (NAME, "mma_group_sums")  # the variants a point may name
@@ -138,17 +138,16 @@ DENORMED = {
              ((32, 8, 2, 0, 0, 128, 1), DENORM_2), ((16, 8, 1, 1, 0), DENORM_ON),
              ((32, 4, 2, 0, 0, 128, 1), DENORM_ON), ((16, 17, 1, 0, 0), DENORM_ON)],
 }
-# Added 2026-12-05 14:10 UTC: the packed bulk pipeline's legs. The register pipeline's loads
-# alone reach a bare read only with ~132 KB in flight an SM, and then its whole is slower
-# (the loads' registers are the math's): loads in shared memory, filled by a producer warp, hold
-# bytes in flight without the computing warps' registers. The bulk pipeline (its last timing
-# 2026-12-04 19:18 UTC, before the one-LOP3 change and denorm: a tie) now takes ``ablate`` too,
-# so each tile runs whole (plain and at denorm 2), loads alone (the producer's copies, read back
-# and folded) and math alone at denorm 2 (no weights copied). The ring's depth a block is
-# 16-32 KB here against the register tile's ~16 KB; 4-5 blocks an SM.
-BULK_TILES = {"gate_up": [((32, 4, 1, 0, 4), {"bulk": 2}), ((32, 4, 1, 0, 3), {"bulk": 2}),
-                          ((32, 4, 2, 0, 2), {"bulk": 2}), ((16, 4, 1, 0, 4), {"bulk": 2})],
-              "down": [((16, 8, 1, 0, 4), {"bulk": 2}), ((16, 8, 1, 0, 6), {"bulk": 2})]}
+# The packed bulk pipeline's legs (its 2026-12-05 14:20 UTC run, with a producer warp:
+# sweep_records.BULK_TILES_2026_12_05) found its loads alone at a bare read's rate (14.1-14.6 us
+# on gate/up) and its math alone slower than the register tile's (18.1-21.7 us at denorm 2,
+# against 16.1-16.2), with the SMs' work 1.5-1.8x apart: its fifth warp's registers let 4
+# blocks an SM hold 544 blocks, so 16 ran in a second wave. ``bulk`` = 3 has no producer warp
+# (warp 0's lane 0 issues each stage's one copy): 5 blocks an SM, one wave (nvcc for sm_90:
+# 88-94 registers at 128 threads). Each tile runs whole (plain, denorm 2), loads alone and math
+# alone at denorm 2.
+BULK_TILES = {"gate_up": [((32, 4, 1, 0, 4), {"bulk": 3}), ((32, 4, 1, 0, 3), {"bulk": 3})],
+              "down": [((16, 8, 1, 0, 4), {"bulk": 3}), ((16, 8, 1, 0, 6), {"bulk": 3})]}
 # the same tiles' whole at denorm 2, the set whose bit-exactness the cold sweep checks
 BULK_DENORM = {shape: [(pt, {**extra, **DENORM_2}) for pt, extra in pts]
                for shape, pts in BULK_TILES.items()}
@@ -244,7 +243,8 @@ BULK_SMOKE = (((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 4, 1, 0, 4), {"bulk": 2}),
 
 
 # Every set by the name ``--points`` takes (the sweep and the ncu run): the next, or a run's.
-SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm": BULK_DENORM, "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,
+SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm": BULK_DENORM,
+        "2026-12-05-bulk": BULK_TILES_2026_12_05, "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,
         "2026-12-04-bulk-rows": POINTS_2026_12_04_BULK_ROWS,
         "2026-12-04-bulk": POINTS_2026_12_04_BULK, "2026-12-04": POINTS_2026_12_04,
         "2026-12-03": POINTS_2026_12_03}

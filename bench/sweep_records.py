@@ -1,4 +1,4 @@
-"""The tiles the earlier cold sweeps of ``mma_weights_a`` ran (2026-12-03 and -04), one set a
+"""The tiles the earlier cold sweeps of ``mma_weights_a`` ran (2026-12-03 to -05), one set a
 run: each is the record of what a run in bench/results/h200/ timed, with the tree it needed.
 
 Kept apart from bench/sweep_points.py (the next set, the diagnostic tiles and the helpers that
@@ -83,3 +83,11 @@ POINTS_2026_12_04_BULK_PACKED = {
     "down": [DN, ((16, 8, 1, 0, 4), {"bulk": 2}), ((16, 8, 1, 0, 6), {"bulk": 2}),
              ((16, 4, 1, 0, 6), {"bulk": 2}), ((16, 8, 2, 0, 3), {"bulk": 2})],
 }
+# The packed bulk pipeline's legs (2026-12-05 14:20 UTC, tree acb054e, bench/results/h200/
+# bulk_legs_1414/): each tile whole (plain, denorm 2), loads alone and math alone at denorm 2,
+# with the producer warp. Loads alone 14.1-14.9 us (70-74% of DRAM's peak), math alone at
+# denorm 2 18.1-22.8, whole at denorm 2 23.7-28.1 on gate/up against the register tile's 22.3-22.5.
+BULK_TILES_2026_12_05 = {
+    "gate_up": [((32, 4, 1, 0, 4), {"bulk": 2}), ((32, 4, 1, 0, 3), {"bulk": 2}),
+                ((32, 4, 2, 0, 2), {"bulk": 2}), ((16, 4, 1, 0, 4), {"bulk": 2})],
+    "down": [((16, 8, 1, 0, 4), {"bulk": 2}), ((16, 8, 1, 0, 6), {"bulk": 2})]}

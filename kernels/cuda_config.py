@@ -80,7 +80,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                 "PREFETCH": bool(int(p["prefetch"])), "STAGES": stages,
                 "L2_PREFETCH": int(p.get("l2_prefetch", 128)), "X_EARLY": bool(x_early),
                 "HI_IN_PLACE": bool(hi_in_place), "DENORM": denorm, "BULK": bool(bulk),
-                "PACKED": bulk == 2, "ABLATE": ablate,
+                "PACKED": bulk >= 2, "LEADER": bulk == 3, "ABLATE": ablate,
                 "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"}
     if bulk:
         return _bulk_config(name, m, k, n, group_size, dtype, template, min_blocks)
@@ -146,11 +146,12 @@ def bulk_smem_bytes(m: int, k: int, n_tile: int, k_groups: int, unroll: int, sta
 def _bulk_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
                  template: dict, min_blocks: int) -> LaunchConfig:
     """``bulk`` = 1 or 2: one more warp, the producer, and the ring in dynamic shared memory (the
-    register pipeline's PREFETCH and X_EARLY have no meaning there: the source ignores them)."""
+    register pipeline's PREFETCH and X_EARLY have no meaning there: the source ignores them);
+    3: packed with no producer warp (its registers cost the computing warps a block an SM)."""
     n_tile, k_groups = 16 * template["COL_TILES"], template["K_GROUPS"]
     unroll, stages = template["UNROLL"], template["STAGES"]
     where = f"{name} does not tile M={m}, K={k}, N={n}, {dtype}, group_size={group_size}"
-    bulk = f"bulk={2 if template['PACKED'] else 1}"
+    bulk = f"bulk={3 if template['LEADER'] else 2 if template['PACKED'] else 1}"
     if stages < 2:
         raise tiling.TilingError(f"{where} with {bulk}: its ring needs stages >= 2")
     if (k // group_size) % 8:
@@ -162,7 +163,7 @@ def _bulk_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
         raise tiling.TilingError(f"{where} with {bulk}, n_tile={n_tile}, k_groups={k_groups}, "
                                  f"unroll={unroll}, stages={stages}: its {smem} B of shared "
                                  f"memory exceed the {MAX_DYNAMIC_SMEM} B a block may take")
-    threads = 32 * (k_groups + 1)
+    threads = 32 * (k_groups + (0 if template["LEADER"] else 1))
     if threads > tiling.MAX_THREADS["cuda"]:
         raise tiling.TilingError(f"{where} with {bulk}: {k_groups} consumer warps and the "
                                  f"producer exceed {tiling.MAX_THREADS['cuda']} threads")

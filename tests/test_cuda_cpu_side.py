@@ -378,17 +378,22 @@ def test_bulk_pipeline_compiles_for_sm90_without_spills(m):
 
 
 @pytest.mark.skipif(cuda_offline.nvdisasm() is None, reason="nvdisasm is not found")
-def test_the_bulk_pipeline_takes_each_leg_out_as_the_register_pipeline_does():
+@pytest.mark.parametrize("bulk,threads,copies", [(2, 160, 3), (3, 128, 7)])
+def test_the_bulk_pipeline_takes_each_leg_out_as_the_register_pipeline_does(
+        bulk, threads, copies):
     """``ablate`` on the packed bulk pipeline (gate/up's 32 x 4, 4 stages, at denorm 2): 1
-    keeps the producer's copies and the computing warps' waits and reads, with no mma; 2 keeps
-    the mma and the scales' one copy a block, with no weights copied (one bulk copy each of the
-    scales and biases against three: the weights' stage too). No register is spilled."""
-    tile = {"n_tile": 32, "k_groups": 4, "unroll": 1, "stages": 4, "bulk": 2, "denorm": 2}
+    keeps the copies and the computing warps' waits and reads, with no mma; 2 keeps the mma and
+    the scales' one copy a block, with no weights copied (two bulk copies, the scales and
+    biases, against the producer warp's three or, with ``bulk`` = 3 and no producer warp, the
+    first warp's seven: the scales, the ring's four first stages, a refill). No register is
+    spilled."""
+    tile = {"n_tile": 32, "k_groups": 4, "unroll": 1, "stages": 4, "bulk": bulk, "denorm": 2}
     ops = {}
     for ablate in (0, 1, 2):
         cfg = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "bfloat16",
                                  {**tile, "ablate": ablate})
         assert cfg.template["ABLATE"] == ablate and cfg.template["BULK"] is True
+        assert cfg.threads == threads and cfg.template["LEADER"] == (bulk == 3)
         rep = cuda_offline.compile_launch("mma_weights_a", cfg)
         assert rep.registers > 0 and rep.spill_bytes == 0, (ablate, rep)
         sass = cuda_offline.sass_sm90("mma_weights_a", cfg.activation, cfg.template)
@@ -396,7 +401,7 @@ def test_the_bulk_pipeline_takes_each_leg_out_as_the_register_pipeline_does():
     bulk_copies = {a: sum(n for op, n in c.items() if op.startswith("UBLKCP")) for a, c in
                    ops.items()}
     assert ops[0]["HMMA"] > 0 and ops[2]["HMMA"] == ops[0]["HMMA"] and ops[1]["HMMA"] == 0
-    assert bulk_copies[0] == bulk_copies[1] == 3 and bulk_copies[2] == 2, bulk_copies
+    assert bulk_copies[0] == bulk_copies[1] == copies and bulk_copies[2] == 2, bulk_copies
     with pytest.raises(ValueError, match="not the cp.async ring"):
         cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "bfloat16",
                            {"n_tile": 32, "k_groups": 4, "unroll": 1, "stages": 4,

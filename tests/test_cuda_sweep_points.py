@@ -252,7 +252,7 @@ def test_the_bulk_tiles_legs_are_each_tile_whole_loads_alone_and_math_alone_and_
     table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
     for shape, pts in sp.BULK_TILES.items():
         tiles = sp.diagnostic_tiles(f"bulk_{shape}", table)
-        assert len(tiles) == 4 * len(pts) and all(t["bulk"] == 2 for t in tiles)
+        assert len(tiles) == 4 * len(pts) and all(t["bulk"] == 3 for t in tiles)
         legs = [(t.get("ablate", 0), t.get("denorm", 0)) for t in tiles]
         assert legs == [(0, 0), (0, 2), (1, 0), (2, 2)] * len(pts)
         k, n = cv.SHAPES[shape]

@@ -125,7 +125,7 @@ def test_diagnose_bulk_checks_the_bulk_tiles_then_times_each_shapes_legs(tmp_pat
     for run, shape in zip(ncu[1:], ("gate_up", "down"), strict=True):
         assert run[run.index("--shapes") + 1] == shape
         tiles = json.loads(run[run.index("--tiles") + 1])
-        assert {t["bulk"] for t in tiles} == {2}
+        assert {t["bulk"] for t in tiles} == {3}
         assert {t.get("ablate", 0) for t in tiles} == {0, 1, 2}
     legs = [_flat(ln) for ln in lines if "ablate_legs.py" in ln]
     assert len(legs) == 1 and "bulk_gate_up/ncu_cold.csv" in legs[0]

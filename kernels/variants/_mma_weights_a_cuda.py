@@ -25,7 +25,8 @@ from kernels.variants._dequant_cuda import DEQUANT_HEADER, NIBBLE_HEADER
 # one shift a word, dflash2_dequant_pair's HIGH), DENORM (q as a subnormal: no subtraction,
 # dflash2_dequant_denorm; 2: also one shift a word), BULK (the producer
 # warp's ring of STAGES stages of UNROLL steps in dynamic shared memory), PACKED (with BULK: w
-# packed so that a block's stage is one contiguous copy), K, N, GS, IS_BF16; type T.
+# packed so that a block's stage is one contiguous copy), LEADER (with PACKED: no producer warp,
+# warp 0's lane 0 issues each stage's one copy), K, N, GS, IS_BF16; type T.
 # Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for
 # columns n0 + g and n0 + g + 8 one 16-byte load each (4 packed words), and the same 32
 # activations of row g (and g + 8 for a second B tile). Word i of those 4 feeds two mma steps;
@@ -150,6 +151,19 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
     uint16_t* sm_s = reinterpret_cast<uint16_t*>(dsmem + 128);
     uint16_t* sm_b = sm_s + COLS * ROW_GROUPS;
     unsigned char* ring = dsmem + 128 + 2 * SB_BYTES;
+    // a block's rows of scales (and biases) are contiguous: one copy each
+    auto copy_scales = [&]() {
+      dflash2_mbar_expect_tx(sb_full, 2 * SB_BYTES);
+      dflash2_bulk_g2s(sm_s, s16 + n_base * ROW_GROUPS, SB_BYTES, sb_full);
+      dflash2_bulk_g2s(sm_b, b16 + n_base * ROW_GROUPS, SB_BYTES, sb_full);
+    };
+    // PACKED: w is [block][stage][K group][row][SPS * 64 B], so a stage is one copy
+    auto copy_stage = [&](int st) {
+      dflash2_mbar_expect_tx(full + st % STAGES, PAYLOAD);
+      dflash2_bulk_g2s(ring + (st % STAGES) * STAGE_BYTES,
+                       w32 + (blockIdx.x * N_ST + st) * (PAYLOAD / 4), PAYLOAD,
+                       full + st % STAGES);
+    };
     if (threadIdx.x == 0) {
 #pragma unroll
       for (int i = 0; i < STAGES; ++i) {
@@ -158,25 +172,22 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
       }
       dflash2_mbar_init(sb_full, 1);
       dflash2_mbar_fence_init();
+      if constexpr (LEADER) {  // no producer warp: this lane fills the ring's first stages
+        copy_scales();
+        if constexpr (ABLATE != 2) {
+          for (int st = 0; st < (STAGES < N_ST ? STAGES : N_ST); ++st) copy_stage(st);
+        }
+      }
     }
     __syncthreads();
-    if (warp == K_GROUPS) {
-      if (lane == 0) {  // the block's rows of scales (and biases) are contiguous: one copy each
-        dflash2_mbar_expect_tx(sb_full, 2 * SB_BYTES);
-        dflash2_bulk_g2s(sm_s, s16 + n_base * ROW_GROUPS, SB_BYTES, sb_full);
-        dflash2_bulk_g2s(sm_b, b16 + n_base * ROW_GROUPS, SB_BYTES, sb_full);
-      }
+    if (!LEADER && warp == K_GROUPS) {
+      if (lane == 0) copy_scales();
 #pragma unroll 1
       for (int st = 0; st < (ABLATE == 2 ? 0 : N_ST); ++st) {  // ABLATE 2: no weights copied
         const int slot = st % STAGES;
         if (st >= STAGES) dflash2_mbar_wait(empty + slot, ((st / STAGES) - 1) & 1);
-        if constexpr (PACKED) {  // w is packed [block][stage][K group][row][SPS * 64 B]
-          if (lane == 0) {
-            dflash2_mbar_expect_tx(full + slot, PAYLOAD);
-            dflash2_bulk_g2s(ring + slot * STAGE_BYTES,
-                             w32 + (blockIdx.x * N_ST + st) * (PAYLOAD / 4), PAYLOAD,
-                             full + slot);
-          }
+        if constexpr (PACKED) {
+          if (lane == 0) copy_stage(st);
           continue;
         }
         if (lane == 0) dflash2_mbar_expect_tx(full + slot, PAYLOAD);
@@ -249,6 +260,16 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
         }
         __syncwarp();
         if (ABLATE != 2 && lane == 0) dflash2_mbar_arrive(empty + slot);  // read: refill it
+        // LEADER: warp 0's lane 0 refills the slot of the stage BEFORE this one (released by
+        // every warp by now, all but always), so it rarely waits and the ring runs STAGES - 1
+        // stages ahead
+        if constexpr (LEADER && ABLATE != 2) {
+          const int next = st - 1 + STAGES;
+          if (warp == 0 && lane == 0 && st >= 1 && next < N_ST) {
+            dflash2_mbar_wait(empty + (st - 1) % STAGES, ((st - 1) / STAGES) & 1);
+            copy_stage(next);
+          }
+        }
       }
       if constexpr (ABLATE == 1) {
         if (sink == 0x9E3779B9u) acc[0][0][0] = 1.f;  // keeps the reads, and so the waits

@@ -108,7 +108,7 @@ CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"
                      group_multiple=32, positive=("n_tile", "k_groups", "unroll"),
                      param_choices=(("prefetch", (0, 1)), ("stages", (0, 2, 3, 4, 5, 6, 8)),
                                     ("l2_prefetch", (128, 256)), ("x_early", (0, 1)),
-                                    ("min_blocks", (0, 2, 3, 4, 5, 6)), ("bulk", (0, 1, 2)),
+                                    ("min_blocks", (0, 2, 3, 4, 5, 6)), ("bulk", (0, 1, 2, 3)),
                                     ("hi_in_place", (0, 1)), ("denorm", (0, 1, 2)),
                                     ("ablate", (0, 1, 2))),
                      param_multiples=(("n_tile", 16),),
