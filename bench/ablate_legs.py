@@ -79,10 +79,14 @@ def legs(paths: list[str]) -> list[dict]:
                "tile": {k: v for k, v in params
                         if k in SHOWN or v != sp.VARIANTS[name].DEFAULTS.get(k)},
                "legs": rec}
-        loads, math = rec.get("loads_0", {}).get("us"), rec.get("math_0", {}).get("us")
-        whole = rec.get("whole_0", {}).get("us")
+        # the legs at one denorm mode: plain where its math alone ran, else the highest mode
+        # whose math alone ran (a bulk tile's is timed at denorm 2 only); the loads take none
+        mode = next((d for d in (0, *reversed(sp.DENORM_MODES)) if f"math_{d}" in rec), 0)
+        loads, math = rec.get("loads_0", {}).get("us"), rec.get(f"math_{mode}", {}).get("us")
+        whole = rec.get(f"whole_{mode}", {}).get("us")
         if loads is not None and math is not None:
-            row["longer_leg"] = "loads" if loads >= math else "math"
+            row["longer_leg"] = ("loads" if loads >= math else "math") + (
+                f" (dn{mode})" if mode else "")
             if whole is not None:
                 row["whole_over_longer"] = round(whole / max(loads, math), 3)
         out.append(row)

@@ -71,3 +71,18 @@ def test_bad_input_is_one_line_and_a_nonzero_exit(tmp_path):
     stock_only.write_text(csv_of([("gate_up bfloat16 M=8 stock", "qmm_sm80_kernel", 88.0)]))
     r = subprocess.run([*script, str(stock_only)], capture_output=True, text=True, check=False)
     assert r.returncode == 1 and "no ablated launch" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_tile_whose_math_alone_ran_at_denorm_2_only_is_read_at_denorm_2(tmp_path):
+    """The bulk tiles' math alone is timed at denorm 2 only (bench/sweep_points.BULK_TILES):
+    their longer leg and whole over it are read at that mode, not left blank, and say so."""
+    bulk = "{'n_tile': 32, 'k_groups': 4, 'unroll': 1, 'prefetch': 0, 'stages': 4, 'bulk': 3"
+    csv = tmp_path / "ncu.csv"
+    csv.write_text(csv_of([
+        (f"gate_up bfloat16 M=8 tile {bulk}}}", WA, 24.0),
+        (f"gate_up bfloat16 M=8 tile {bulk}, 'denorm': 2}}", WA, 20.0),
+        (f"gate_up bfloat16 M=8 tile {bulk}, 'ablate': 1}}", WA, 14.0),
+        (f"gate_up bfloat16 M=8 tile {bulk}, 'denorm': 2, 'ablate': 2}}", WA, 16.0),
+    ]))
+    (row,) = al.legs([str(csv)])
+    assert row["longer_leg"] == "math (dn2)" and row["whole_over_longer"] == 1.25
