@@ -52,6 +52,8 @@ def leg_of(label: str, kernel: str) -> tuple[tuple, str, int] | None:
     p = {k: p[k] for k in (*SHOWN, *sorted(set(p) - set(SHOWN)))}
     ablate, mode = p.pop("ablate", 0), p.pop("denorm", 0)
     leg = {0: "whole", 1: "loads", 2: "math"}[ablate]
+    if leg == "loads":
+        mode = 0  # the loads alone take no math, so no denorm mode: a denorm tile's are its own
     return (shape, dtype, int(ms), name, tuple(p.items())), leg, mode
 
 

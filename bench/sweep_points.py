@@ -311,12 +311,18 @@ def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
         if (e["devices"] == ["sm_90"] and e["M"] == ABLATE_AT[kind] and e["dtypes"] == ["bfloat16"]
                 and e["shapes"][0] in ("gate_up", "down") and e["variant"] in SWEPT):
             tile = point_of(e["variant"], e["params"])
-            out += [{**tile, "ablate": 1}, {**tile, "ablate": 2}]
-            if e["variant"] == NAME:  # its math alone at 326, 265, 238 instructions a K step,
-                # and its whole at each mode: whether the math's cut reaches the whole
-                out += [t for d in DENORM_MODES
-                        for t in ({**tile, "denorm": d, "ablate": 2}, {**tile, "denorm": d})
-                        if t not in out]
+            out.append({**tile, "ablate": 1})
+            if e["variant"] != NAME:
+                out.append({**tile, "ablate": 2})
+                continue
+            # its math alone at every denorm mode (326, 265, 238 instructions a K step), and
+            # its whole at each mode but the tile's own (the ncu run times that one anyway):
+            # whether the math's cut reaches the whole, whichever mode the table ships
+            own = tile.get("denorm", 0)
+            plain = {k: v for k, v in tile.items() if k != "denorm"}
+            at = [plain, *({**plain, "denorm": d} for d in DENORM_MODES)]  # modes 0, 1, 2
+            out += [{**t, "ablate": 2} for t in at]
+            out += [t for d, t in enumerate(at) if d != own]
     return out
 
 

@@ -59,11 +59,21 @@ def _tile_choices() -> dict:
     """The M=8 and M=16 gate_up/down tiles chosen by ncu's time of each tile alone (tile_choice_*.json,
     scripts/regen_sm90_table.py --choose-from-ncu), by shape/dtype/M; a choice made before the
     choice named its variant was mma_weights_a's (the only one swept then)."""
+    h200 = ROOT / "bench" / "results" / "h200"
     out = {}
-    for f in sorted((ROOT / "bench" / "results" / "h200").glob("tile_choice_*.json")):
+    for f in sorted(h200.glob("tile_choice_*.json")):
         for key, c in json.loads(f.read_text())["choices"].items():
             out[key] = {"variant": "mma_weights_a", **c}
+    # later choices, in the order they were made, each over the ones before where it chose a
+    # tile (an entry it kept or skipped keeps the earlier choice, as the table does)
+    for f in LATER_TILE_CHOICES:
+        for key, c in json.loads((h200 / f).read_text())["choices"].items():
+            if "chosen" in c:
+                out[key] = c
     return out
+
+
+LATER_TILE_CHOICES = ("denorm_loads_1242/tile_choice.json",)
 
 
 def test_every_sm90_entry_is_the_fastest_kernel_measured_and_beat_stock():

@@ -118,7 +118,11 @@ def test_the_diagnostic_tiles_are_the_tables_and_the_balanced_ones_and_all_launc
     assert len(ablate) == 4 + 4 * weights_a and weights_a >= 1
     assert sorted(t.get("denorm", 0) for t in ablate if t.get("ablate") == 2) == \
         [0] * 2 + [1, 2] * weights_a
-    assert sorted(t["denorm"] for t in ablate if "ablate" not in t) == [1, 2] * weights_a
+    own = [e["params"].get("denorm", 0) for e in table["entries"]
+           if e["devices"] == ["sm_90"] and e["M"] == 8 and e["dtypes"] == ["bfloat16"]
+           and e["shapes"][0] in ("gate_up", "down") and e["variant"] == sp.NAME]
+    assert sorted(t.get("denorm", 0) for t in ablate if "ablate" not in t) == sorted(
+        d for o in own for d in (0, 1, 2) if d != o)
     assert {t.get("variant", sp.NAME) for t in ablate} == {v for _, v in shipped}
     balanced = sp.diagnostic_tiles("balanced", table)
     assert [t["n_tile"] for t in balanced] == [16] * 4 and {t["k_groups"] for t in balanced} == {2}
@@ -207,8 +211,11 @@ def test_the_m16_ablated_tiles_are_the_tables_m16_tiles_and_launch_at_m16():
                if e["devices"] == ["sm_90"] and e["M"] == 16 and e["dtypes"] == ["bfloat16"]
                and e["shapes"][0] in ("gate_up", "down")]
     assert len(shipped) == 2
+    # loads alone, math alone at each denorm mode, whole at each mode but the tile's own (the
+    # M=16 tiles ship plain); a group-sums tile has no denorm
+    assert all(t.get("denorm", 0) == 0 for t in shipped)
     assert tiles == [x for t in shipped for x in [{**t, "ablate": a} for a in (1, 2)] + (
-        [x for d in (1, 2) for x in ({**t, "denorm": d, "ablate": 2}, {**t, "denorm": d})]
+        [{**t, "denorm": d, "ablate": 2} for d in (1, 2)] + [{**t, "denorm": d} for d in (1, 2)]
         if "variant" not in t else [])]
     for t in tiles:
         for op in ("gate_up", "down"):
