@@ -2,8 +2,8 @@
 also holds ``mma_group_sums``' tiles).
 
 Data, kept apart from the sweep (bench/cuda_verify_cold_sweep.py) that runs it: each earlier
-set is the record of what a run in bench/results/h200/ timed, with the tree it needed (those of
-2026-12-03 and -04 in bench/sweep_records.py); the ``POINTS`` set is the next device
+set is the record of what a run in bench/results/h200/ timed, with the tree it needed (the
+ones no longer built on are in bench/sweep_records.py); the ``POINTS`` set is the next device
 session's, in priority order. A point is a tuple (n_tile, k_groups, unroll, prefetch, stages[,
 l2_prefetch[, x_early]]) or (tuple, {key: value}). The helpers turn a point into
 the params a launch takes, and a sweep row back into its tile.
@@ -244,7 +244,8 @@ BULK_SMOKE = (((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 4, 1, 0, 4), {"bulk": 2}),
 
 # Every set by the name ``--points`` takes (the sweep and the ncu run): the next, or a run's.
 SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm": BULK_DENORM,
-        "2026-12-05-bulk": BULK_TILES_2026_12_05, "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,
+        "2026-12-05-bulk": BULK_TILES_2026_12_05,
+        "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,
         "2026-12-04-bulk-rows": POINTS_2026_12_04_BULK_ROWS,
         "2026-12-04-bulk": POINTS_2026_12_04_BULK, "2026-12-04": POINTS_2026_12_04,
         "2026-12-03": POINTS_2026_12_03}
