@@ -95,7 +95,15 @@ case "$cmd" in
     cd /tmp/wheels
     part=$(ls mlx_cuda_13-*.whl.part-aa)
     whl="${part%.part-aa}"
-    [ -f "$whl" ] || cat "$whl".part-* > "$whl"
+    # both parts, or nothing joined (a join of one part once sat there as an invalid wheel and
+    # was taken as done by the next call); rejoined whenever the parts' size differs
+    parts=$(ls "$whl".part-* | wc -l)
+    if [ "$parts" -lt 2 ]; then
+      echo "install: $parts part of the CUDA wheel staged; stage .whl/p2 (and p1) first" >&2
+      exit 2
+    fi
+    size=$(cat "$whl".part-* | wc -c)
+    [ -f "$whl" ] && [ "$(stat -c %s "$whl")" = "$size" ] || cat "$whl".part-* > "$whl"
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site /tmp/wheels/mlx-"$VERSION"-*.whl "/tmp/wheels/$whl"
     PYTHONPATH=/tmp/site python3 -c "import mlx.core as mx; print(mx.__version__, mx.default_device(), mx.device_info())"
