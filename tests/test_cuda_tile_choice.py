@@ -251,3 +251,27 @@ def test_a_tile_replaces_the_entrys_own_only_when_faster_at_every_launch():
     c = rec["choices"]["gate_up/bfloat16/8"]
     assert "every launch" in c["kept"] and c["us"] < c["previous_us"]
     assert new["entries"] == table["entries"]
+
+
+def test_a_bulk_3_tile_can_be_chosen_and_its_entry_launches_packed():
+    """The plan's step after bulk = 3's H200 time (bench/results/h200/RUNS.md): its check-sweep
+    row and ncu label carry ``bulk`` 3, ``stages`` and ``denorm``, the chosen params keep them,
+    and the entry then builds a launch on packed weights (one copy a stage) at gate/up M=8."""
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    own = _gate_up_bf16(table, 8)
+    pt = {**sp.as_params(sp.BULK_DENORM["gate_up"][0])}
+    cold = {"shapes": {"gate_up/bfloat16": {"points": [{**pt, "ok": True}]}}}
+    launches = [{"label": "gate_up bfloat16 M=8 stock", "name": "qmm_sm80", "us": 88.0}]
+    launches += [{"label": f"gate_up bfloat16 M=8 custom {own['params']}",
+                  "name": _kernel(own["variant"]), "us": us} for us in (22.2, 22.5)]
+    launches += [{"label": f"gate_up bfloat16 M=8 tile {pt}", "name": _kernel(sp.NAME),
+                  "us": us} for us in (18.0, 18.4)]
+    new, rec = regen.choose_tiles(table, launches, cold, SWEPT, "synthetic")
+    chosen = rec["choices"]["gate_up/bfloat16/8"]["chosen"]
+    assert (chosen["bulk"], chosen["stages"], chosen["denorm"]) == (3, 4, 2)
+    entry = _gate_up_bf16(new, 8)
+    assert entry["params"] == chosen and entry["variant"] == sp.NAME
+    cfg = cuda.launch_config(sp.NAME, 8, 5120, 17408, 64, "bfloat16", entry["params"])
+    assert cfg.threads == 128 and cfg.packing == (32, 4, 1) and cfg.template["LEADER"]
+    from kernels.selection import build_table
+    build_table(new)  # the table's loader takes it (bulk 3 is a choice the tiling allows)
