@@ -14,11 +14,19 @@ from __future__ import annotations
 import json
 import sys
 
+from sweep_records import (
+    BULK_TILES_2026_12_05,
+    DN,
+    GU,
+    POINTS_2026_12_03,
+    POINTS_2026_12_04,
+    POINTS_2026_12_04_BULK,
+    POINTS_2026_12_04_BULK_PACKED,
+    POINTS_2026_12_04_BULK_ROWS,
+)
+
 from kernels.selection import table_path
 from kernels.variants import VARIANTS
-from sweep_records import (BULK_TILES_2026_12_05, DN, GU, POINTS_2026_12_03,
-                           POINTS_2026_12_04, POINTS_2026_12_04_BULK,
-                           POINTS_2026_12_04_BULK_PACKED, POINTS_2026_12_04_BULK_ROWS)
 
 NAME = "mma_weights_a"
 SWEPT = (NAME, "mma_group_sums")  # the variants a point may name

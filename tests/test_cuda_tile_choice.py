@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import cuda_verify_ncu as cvn
 import regen_sm90_table as regen
+import sm90_tile_choice as choice
 import sweep_points as sp
 
 from kernels import cuda
@@ -51,7 +52,7 @@ def test_the_m8_tile_is_the_fastest_alone_and_exact():
             e.pop("candidate", None)
     # the first cold sweep (2026-12-03 18:32 UTC) ran and checked the gate_up bf16 tiles
     cold = json.loads((H200 / "previous_cuda_verify_cold_sweep.json").read_text())
-    new, rec = regen.choose_tiles(table, _launches(), cold, SWEPT, "ncu_cold.csv")
+    new, rec = choice.choose_tiles(table, _launches(), cold, SWEPT, "ncu_cold.csv")
     c = rec["choices"]["gate_up/bfloat16/8"]
     assert c["chosen"] == {"n_tile": 32, "k_groups": 4, "unroll": 2, "prefetch": 0}
     assert c["us"] == pytest.approx(27.648) and c["previous_us"] == pytest.approx(50.56)
@@ -63,7 +64,7 @@ def test_the_m8_tile_is_the_fastest_alone_and_exact():
                      "ok": False}], [{**DEFAULTS, "n_tile": 32, "k_groups": 4, "unroll": 2,
                                       "prefetch": 0, "skipped": "time budget"}], []):
         bad = {"shapes": {"gate_up/bfloat16": {"points": points}}}
-        new, rec = regen.choose_tiles(table, _launches(), bad, SWEPT, "ncu_cold.csv")
+        new, rec = choice.choose_tiles(table, _launches(), bad, SWEPT, "ncu_cold.csv")
         assert "skipped" in rec["choices"]["gate_up/bfloat16/8"]
         assert new["entries"] == table["entries"]
 
@@ -90,10 +91,10 @@ def test_an_fp16_tile_with_hi_in_place_can_be_chosen_and_launched_from_the_table
                  "us": 22.5}]
     cold = {"shapes": {"gate_up/float16": {"points": [
         {**DEFAULTS, **hi, "ok": True, "exact_vs_register": True, "us": 22.0}]}}}
-    new, rec = regen.choose_tiles(table, launches, cold, SWEPT, "synthetic")
+    new, rec = choice.choose_tiles(table, launches, cold, SWEPT, "synthetic")
     chosen = rec["choices"]["gate_up/float16/8"]["chosen"]
     assert chosen == {k: v for k, v in {**DEFAULTS, **hi}.items()
-                      if k in regen.CORE_KEYS or v != DEFAULTS[k]}
+                      if k in choice.CORE_KEYS or v != DEFAULTS[k]}
     assert chosen["hi_in_place"] == 1
     ne = next(x for x in new["entries"] if x["devices"] == ["sm_90"] and
               x["shapes"] == ["gate_up"] and x["M"] == 8 and x["dtypes"] == ["float16"])
@@ -117,7 +118,7 @@ def test_a_tile_of_another_variant_is_chosen_with_its_variant():
                 {"label": f"gate_up bfloat16 M=8 tile {gs}", "name": _kernel("mma_group_sums"),
                  "us": 19.0}]
     row = {**gs, "ok": True, "exact_vs_register": True}
-    new, rec = regen.choose_tiles(table, launches, {"shapes": {"gate_up/bfloat16": {
+    new, rec = choice.choose_tiles(table, launches, {"shapes": {"gate_up/bfloat16": {
         "points": [row]}}}, SWEPT, "synthetic")
     c = rec["choices"]["gate_up/bfloat16/8"]
     assert c["variant"] == "mma_group_sums" and c["previous_variant"] == "mma_weights_a"
@@ -128,7 +129,7 @@ def test_a_tile_of_another_variant_is_chosen_with_its_variant():
     assert cfg.template["UNROLL"] == 1 and "STAGES" not in cfg.template
     # the same tile of mma_weights_a checked is not this one: no choice
     other = {kk: v for kk, v in row.items() if kk != "variant"}
-    new, rec = regen.choose_tiles(table, launches, {"shapes": {"gate_up/bfloat16": {
+    new, rec = choice.choose_tiles(table, launches, {"shapes": {"gate_up/bfloat16": {
         "points": [other]}}}, SWEPT, "synthetic")
     assert "skipped" in rec["choices"]["gate_up/bfloat16/8"] and new["entries"] == table["entries"]
 
@@ -182,11 +183,11 @@ def test_an_m16_tile_is_chosen_only_from_tiles_checked_at_m16():
         and e["dtypes"] == ["bfloat16"])] + [m16]
     at16 = [{**k, "label": k["label"].replace(" M=8 ", " M=16 ")} for k in _launches()]
     cold8 = json.loads((H200 / "previous_cuda_verify_cold_sweep.json").read_text())
-    new, rec = regen.choose_tiles(table, at16, cold8, SWEPT, "ncu_cold.csv")
+    new, rec = choice.choose_tiles(table, at16, cold8, SWEPT, "ncu_cold.csv")
     assert "skipped" in rec["choices"]["gate_up/bfloat16/16"]
     assert new["entries"] == table["entries"]
     cold16 = {"shapes": {f"{k}/16": {**e, "point_m": 16} for k, e in cold8["shapes"].items()}}
-    new, rec = regen.choose_tiles(table, at16, cold16, SWEPT, "ncu_cold.csv")
+    new, rec = choice.choose_tiles(table, at16, cold16, SWEPT, "ncu_cold.csv")
     c = rec["choices"]["gate_up/bfloat16/16"]
     assert c["chosen"] == {"n_tile": 32, "k_groups": 4, "unroll": 2, "prefetch": 0}
     e16 = _gate_up_bf16(new, 16)
@@ -212,12 +213,12 @@ def test_the_entrys_own_tile_is_known_by_its_kernel_and_no_choice_is_made_withou
             "name": _kernel("mma_group_sums"), "us": 20.0}
     theirs = {"label": f"gate_up float16 M=8 tile {other}", "name": _kernel(sp.NAME),
               "us": 22.5}
-    new, rec = regen.choose_tiles(table, [stock, mine, theirs], cold, SWEPT, "synthetic")
+    new, rec = choice.choose_tiles(table, [stock, mine, theirs], cold, SWEPT, "synthetic")
     c = rec["choices"]["gate_up/float16/8"]  # its own launch found: it is the fastest
     assert "own tile is the fastest" in c["kept"] and c["previous_us"] == pytest.approx(20.0)
     assert new["entries"] == table["entries"]  # kept as it is, its note included
     for without in ([stock, theirs], [stock, {**mine, "name": "dflash2_unknown"}, theirs]):
-        new, rec = regen.choose_tiles(table, without, cold, SWEPT, "synthetic")
+        new, rec = choice.choose_tiles(table, without, cold, SWEPT, "synthetic")
         assert "not timed" in rec["choices"]["gate_up/float16/8"]["skipped"]
         assert new["entries"] == table["entries"]
 
@@ -242,7 +243,7 @@ def test_a_tile_replaces_the_entrys_own_only_when_faster_at_every_launch():
                       "name": _kernel(own["variant"]), "us": us} for us in mine]
         launches += [{"label": f"gate_up bfloat16 M=8 tile {dn2}", "name": _kernel(sp.NAME),
                       "us": us} for us in theirs]
-        return regen.choose_tiles(table, launches, cold, SWEPT, "synthetic")
+        return choice.choose_tiles(table, launches, cold, SWEPT, "synthetic")
 
     new, rec = run((22.6, 23.4), (21.7, 22.4))
     assert rec["choices"]["gate_up/bfloat16/8"]["chosen"]["denorm"] == 2
@@ -266,7 +267,7 @@ def test_a_bulk_3_tile_can_be_chosen_and_its_entry_launches_packed():
                   "name": _kernel(own["variant"]), "us": us} for us in (22.2, 22.5)]
     launches += [{"label": f"gate_up bfloat16 M=8 tile {pt}", "name": _kernel(sp.NAME),
                   "us": us} for us in (18.0, 18.4)]
-    new, rec = regen.choose_tiles(table, launches, cold, SWEPT, "synthetic")
+    new, rec = choice.choose_tiles(table, launches, cold, SWEPT, "synthetic")
     chosen = rec["choices"]["gate_up/bfloat16/8"]["chosen"]
     assert (chosen["bulk"], chosen["stages"], chosen["denorm"]) == (3, 4, 2)
     entry = _gate_up_bf16(new, 8)

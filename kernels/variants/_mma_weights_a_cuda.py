@@ -208,6 +208,11 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
       // and folded, no math (the producer's loads alone); 2, no ring (the producer copies only
       // the scales), the words made up from the step (the computing warps' math alone).
       [[maybe_unused]] uint32_t sink = 0;
+      // the lane's 16 bytes of row r (of the block's COLS) and step u of this warp's stage
+      auto ring_word = [&](int slot, int r, int u) {
+        return *reinterpret_cast<const uint4*>(
+            ring + slot * STAGE_BYTES + (warp * COLS + r) * PITCH + u * 64 + 16 * t);
+      };
       uint4 xa[M_TILES][4], xn[M_TILES][4];
       if constexpr (ABLATE != 1) load_x(xa, warp * GROUP_STEPS);
 #pragma unroll 1
@@ -223,9 +228,7 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
             for (int c = 0; c < COL_TILES; ++c)
 #pragma unroll
               for (int h = 0; h < 2; ++h) {
-                const uint4 v = *reinterpret_cast<const uint4*>(
-                    ring + slot * STAGE_BYTES + (warp * COLS + 16 * c + g + 8 * h) * PITCH +
-                    u * 64 + 16 * t);
+                const uint4 v = ring_word(slot, 16 * c + g + 8 * h, u);
                 sink ^= v.x ^ v.y ^ v.z ^ v.w;
               }
             continue;
@@ -241,8 +244,7 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
                 const uint32_t v = """ + ABLATE_WORD + r""";
                 wq[c][h] = make_uint4(v, v ^ 1u, v ^ 2u, v ^ 3u);
               } else {
-                wq[c][h] = *reinterpret_cast<const uint4*>(
-                    ring + slot * STAGE_BYTES + (warp * COLS + r) * PITCH + u * 64 + 16 * t);
+                wq[c][h] = ring_word(slot, r, u);
               }
               const uint32_t sv = sm_s[r * ROW_GROUPS + grp], bv = sm_b[r * ROW_GROUPS + grp];
               sc[c][h] = scale_pair(sv);
