@@ -261,6 +261,11 @@ def _choose(args) -> int:
         return 2
     swept = {name: VARIANTS[name].DEFAULTS for name in sweep_points.SWEPT}
     new, record = choose_tiles(table, launches, cold, swept, ", ".join(f.name for f in csvs))
+    for key, r in record.get("refused_packed", {}).items():
+        for t in r["tiles"]:
+            ratio = t["compiled_over_eager"]
+            print(f"{key}: refused {t['params']} (packs w; compiled/eager "
+                  f"{'untimed' if ratio is None else f'{ratio:.2f}'})")
     for key, c in record["choices"].items():
         if "skipped" in c or "kept" in c:
             print(f"{key}: unchanged ({c.get('skipped') or c['kept']})")

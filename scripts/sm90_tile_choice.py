@@ -16,6 +16,10 @@ DEVICE = "sm_90"
 CORE_KEYS = ("n_tile", "k_groups", "unroll", "prefetch")
 VARIANT_KEY = "variant"
 UNNAMED = "mma_weights_a"  # the variant of a label or row without VARIANT_KEY
+# Issue 14: eager within 10% of compiled. A tile that packs w (kernels.cuda_config.packs_weights)
+# is chosen only where the sweep timed it compiled, weights as the compiled function's inputs,
+# within this factor of its eager time: its pack is otherwise made in the graph on every call.
+COMPILED_OVER_EAGER = 1.10
 
 
 def _tile_from_label(label: str) -> dict | None:
@@ -30,6 +34,16 @@ def _tile_from_label(label: str) -> dict | None:
     return p if isinstance(p, dict) else None
 
 
+def _compiled_over_eager(shape_sweep: dict, m: int, full, t: tuple) -> float | None:
+    """A shape's cold sweep's compiled time over eager for tile ``t`` at M (its ``final``: the
+    best tiles timed both ways), None where the sweep did not time it compiled."""
+    for f in shape_sweep.get("final", []):
+        if (int(f.get("M", 8)) == m and f.get("custom_compiled_us") and f.get("custom_eager_us")
+                and full(f.get("params") or {}) == t):
+            return f["custom_compiled_us"] / f["custom_eager_us"]
+    return None
+
+
 def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict,
                  defaults: dict[str, dict], source: str) -> tuple[dict, dict]:
     """(table with the gate_up/down sm_90 tiles chosen by ncu time alone, the record), at
@@ -42,6 +56,8 @@ def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict,
     than 8, "op/dtype/M" (its tiles were checked at that M);
     ``defaults``: each swept variant's DEFAULTS (tiles are compared with them filled in)."""
     from sweep_points import variant_of
+
+    from kernels.cuda_config import packs_weights
 
     def full(p: dict) -> tuple | None:
         name = p.get(VARIANT_KEY, UNNAMED)
@@ -84,17 +100,30 @@ def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict,
             continue
         label = "/".join(map(str, key))
         swept = cold_sweep.get("shapes", {})
-        sweep = (swept.get(label) or (swept.get(f"{key[0]}/{key[1]}") if key[2] == 8 else None)
-                 or {}).get("points", [])
+        shape_sweep = (swept.get(label) or (swept.get(f"{key[0]}/{key[1]}") if key[2] == 8
+                                            else None) or {})
+        sweep = shape_sweep.get("points", [])
         # only a tile the cold sweep ran at this M and found exact (skipped: unchecked)
         good = {full(pt) for pt in sweep if pt.get("ok")} - {None}
         shipped = full({**cand["params"], VARIANT_KEY: cand["variant"]})
+        repacked = {t: _compiled_over_eager(shape_sweep, key[2], full, t) for t in good
+                    if packs_weights(dict(t))}
+        good -= {t for t, r in repacked.items() if r is None or r > COMPILED_OVER_EAGER}
         tiles = {t: statistics.median(v) for t, v in times[key].items()
                  if t in good or t == shipped}
+        refused = [{"params": dict(t), "compiled_over_eager": r} for t, r in repacked.items()
+                   if t in times[key] and t not in good]
+        if refused:
+            record.setdefault("refused_packed", {})[label] = {
+                "reason": f"packs w: compiled with the weights as inputs it packs them on "
+                          f"every call; chosen only where the sweep's compiled time is within "
+                          f"{COMPILED_OVER_EAGER:.2f}x its eager (null: not timed compiled)",
+                "tiles": refused}
         if not set(tiles) - {shipped}:  # nothing checked to choose from: left as it is
             entries.append(e)
             record["choices"][label] = {
-                "skipped": "the cold sweep checked none of the tiles ncu timed"}
+                "skipped": "the cold sweep checked none of the tiles ncu timed"
+                           + (" but packed ones, refused (refused_packed)" if refused else "")}
             continue
         if shipped not in tiles:  # a tile beats the entry's own only when timed beside it
             entries.append(e)

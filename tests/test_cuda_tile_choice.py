@@ -254,25 +254,73 @@ def test_a_tile_replaces_the_entrys_own_only_when_faster_at_every_launch():
     assert new["entries"] == table["entries"]
 
 
-def test_a_bulk_3_tile_can_be_chosen_and_its_entry_launches_packed():
-    """The plan's step after bulk = 3's H200 time (bench/results/h200/RUNS.md): its check-sweep
-    row and ncu label carry ``bulk`` 3, ``stages`` and ``denorm``, the chosen params keep them,
-    and the entry then builds a launch on packed weights (one copy a stage) at gate/up M=8."""
+def _bulk3_choice(final: list[dict]):
+    """gate/up bf16 M=8: a bulk = 3 tile at denorm 2, checked by its sweep (with ``final``: its
+    times eager and compiled), faster alone at every launch than the entry's own."""
     table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
     own = _gate_up_bf16(table, 8)
     pt = {**sp.as_params(sp.BULK_DENORM["gate_up"][0])}
-    cold = {"shapes": {"gate_up/bfloat16": {"points": [{**pt, "ok": True}]}}}
+    cold = {"shapes": {"gate_up/bfloat16": {"points": [{**pt, "ok": True}], "final": [
+        {**f, "params": pt} for f in final]}}}
     launches = [{"label": "gate_up bfloat16 M=8 stock", "name": "qmm_sm80", "us": 88.0}]
     launches += [{"label": f"gate_up bfloat16 M=8 custom {own['params']}",
                   "name": _kernel(own["variant"]), "us": us} for us in (22.2, 22.5)]
     launches += [{"label": f"gate_up bfloat16 M=8 tile {pt}", "name": _kernel(sp.NAME),
                   "us": us} for us in (18.0, 18.4)]
-    new, rec = choice.choose_tiles(table, launches, cold, SWEPT, "synthetic")
+    return table, choice.choose_tiles(table, launches, cold, SWEPT, "synthetic")
+
+
+def test_a_bulk_3_tile_can_be_chosen_and_its_entry_launches_packed():
+    """A bulk = 3 tile timed compiled within 10% of eager by its sweep: its check-sweep row
+    and ncu label carry ``bulk`` 3, ``stages`` and ``denorm``, the chosen params keep them,
+    and the entry then builds a launch on packed weights (one copy a stage) at gate/up M=8."""
+    _, (new, rec) = _bulk3_choice([{"M": 8, "custom_eager_us": 23.0, "custom_compiled_us": 24.5}])
     chosen = rec["choices"]["gate_up/bfloat16/8"]["chosen"]
     assert (chosen["bulk"], chosen["stages"], chosen["denorm"]) == (3, 4, 2)
+    assert "refused_packed" not in rec
     entry = _gate_up_bf16(new, 8)
     assert entry["params"] == chosen and entry["variant"] == sp.NAME
     cfg = cuda.launch_config(sp.NAME, 8, 5120, 17408, 64, "bfloat16", entry["params"])
     assert cfg.threads == 128 and cfg.packing == (32, 4, 1) and cfg.template["LEADER"]
     from kernels.selection import build_table
     build_table(new)  # the table's loader takes it (bulk 3 is a choice the tiling allows)
+
+
+@pytest.mark.parametrize("final, ratio", [
+    ([], None),  # never timed compiled (a --check-only sweep, as at 16:16 UTC)
+    ([{"M": 8, "custom_eager_us": 23.6, "custom_compiled_us": 50.0}], 50.0 / 23.6),  # 16:22's
+    ([{"M": 8, "custom_eager_us": 23.0, "custom_compiled_us": 25.4}], 25.4 / 23.0),  # 1.104
+    ([{"M": 16, "custom_eager_us": 23.0, "custom_compiled_us": 23.0}], None)])  # another M's
+def test_a_packed_tile_is_not_chosen_without_its_compiled_time_near_eager(final, ratio):
+    """The H200's 16:16 choice took a bulk = 3 tile by its time alone (20.8 against 22.0 us);
+    the bench that then ran the chosen table found it 23.6 us eager and 50.0 compiled, the
+    pack of w made in the compiled graph on every call (bench/results/h200/bulk3_1616). A tile
+    that packs w is now refused unless its sweep timed it compiled, at that M, within 1.10x of
+    its eager time; the refusal is in the record with the ratio (None: untimed)."""
+    table, (new, rec) = _bulk3_choice(final)
+    c = rec["choices"]["gate_up/bfloat16/8"]
+    assert "skipped" in c and "refused" in c["skipped"] and new["entries"] == table["entries"]
+    (r,) = rec["refused_packed"]["gate_up/bfloat16/8"]["tiles"]
+    assert r["params"]["bulk"] == 3
+    assert r["compiled_over_eager"] == (ratio and pytest.approx(ratio))
+
+
+def test_the_16_16_choice_on_its_own_records_keeps_the_entry(tmp_path):
+    """The 16:16 UTC inputs as committed (the bulk tiles alone under ncu, their --check-only
+    sweep): the CLI refuses both bulk = 3 tiles, prints why, and writes the table unchanged."""
+    rec = H200 / "bulk3_1616"
+    out, choice_out = tmp_path / "table.json", tmp_path / "choice.json"
+    table = ROOT / "kernels" / "selection_table.json"
+    import subprocess
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "regen_sm90_table.py"),
+                        "--choose-from-ncu", f"{rec / 'bulk_gate_up_ncu_cold.csv'},"
+                        f"{rec / 'bulk_down_ncu_cold.csv'}",
+                        "--cold-sweep", str(rec / "bulk_check_cold_sweep.json"),
+                        "--table", str(table), "--out", str(out),
+                        "--choice-out", str(choice_out)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert "refused" in r.stdout and "untimed" in r.stdout
+    assert json.loads(out.read_text())["entries"] == json.loads(table.read_text())["entries"]
+    refused = json.loads(choice_out.read_text())["refused_packed"]["gate_up/bfloat16/8"]
+    assert sorted(t["params"]["stages"] for t in refused["tiles"]) == [3, 4]
