@@ -140,23 +140,32 @@ def packs_weights(params: Mapping) -> bool:
     return int(params.get("bulk", 0)) >= 2
 
 
+# K steps of activations the bulk pipeline's x ring holds with x_early (the source's X_DEPTH,
+# a constant there, so that no other tile's template, and so its kernel, changes):
+# a step's copies are issued one step before its math. Deeper would cost a block an SM: gate/up
+# at M=8 with 3 stages takes 10 KiB of scales, 24 of weights and 16 of x, 4 blocks an SM.
+BULK_X_DEPTH = 2
+
+
 def bulk_smem_bytes(m: int, k: int, n_tile: int, k_groups: int, unroll: int, stages: int,
-                    group_size: int, packed: bool = False) -> int:
+                    group_size: int, packed: bool = False, x_early: bool = False) -> int:
     """mma_weights_a's bulk ring, as its source lays it out: 128 B of mbarriers, the scales and
     the biases of the block's rows (2 B a group), then ``stages`` stages of ``unroll`` K steps
     of every K group's rows (64 B a row and step, padded so that two rows sit 64 B apart modulo
-    128, except ``packed``: one copy a stage, rows back to back); the K groups' partial sums
-    reuse the ring at the end."""
+    128, except ``packed``: one copy a stage, rows back to back), then with ``x_early`` each
+    lane's ring of BULK_X_DEPTH steps of activations (64 B a lane, step and 8 rows); the K
+    groups' partial sums reuse the rings at the end."""
     pitch = unroll * 64 + (64 if unroll % 2 == 0 and not packed else 0)
     ring = stages * k_groups * n_tile * pitch
+    x_ring = k_groups * 32 * BULK_X_DEPTH * 64 * -(-m // 8) if x_early else 0
     partial = k_groups * 8 * -(-m // 8) * n_tile * 4
-    return 128 + 2 * n_tile * (k // group_size) * 2 + max(ring, partial)
+    return 128 + 2 * n_tile * (k // group_size) * 2 + max(ring + x_ring, partial)
 
 
 def _bulk_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
                  template: dict, min_blocks: int) -> LaunchConfig:
     """``bulk`` = 1 or 2: one more warp, the producer, and the ring in dynamic shared memory (the
-    register pipeline's PREFETCH and X_EARLY have no meaning there: the source ignores them);
+    register pipeline's PREFETCH has no meaning there; X_EARLY puts x in a ring of its own);
     3: packed with no producer warp (its registers cost the computing warps a block an SM)."""
     n_tile, k_groups = 16 * template["COL_TILES"], template["K_GROUPS"]
     unroll, stages = template["UNROLL"], template["STAGES"]
@@ -168,7 +177,7 @@ def _bulk_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
         raise tiling.TilingError(f"{where} with {bulk}: a row's scales ({k // group_size} x 2 B) "
                                  f"must be whole 16-byte chunks for a bulk copy")
     smem = bulk_smem_bytes(m, k, n_tile, k_groups, unroll, stages, group_size,
-                           template["PACKED"])
+                           template["PACKED"], template["X_EARLY"])
     if smem > MAX_DYNAMIC_SMEM:
         raise tiling.TilingError(f"{where} with {bulk}, n_tile={n_tile}, k_groups={k_groups}, "
                                  f"unroll={unroll}, stages={stages}: its {smem} B of shared "
@@ -177,7 +186,7 @@ def _bulk_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
     if threads > tiling.MAX_THREADS["cuda"]:
         raise tiling.TilingError(f"{where} with {bulk}: {k_groups} consumer warps and the "
                                  f"producer exceed {tiling.MAX_THREADS['cuda']} threads")
-    template = {**template, "PREFETCH": False, "X_EARLY": False, "L2_PREFETCH": 128}
+    template = {**template, "PREFETCH": False, "L2_PREFETCH": 128}
     packing = (n_tile, k_groups, unroll) if template["PACKED"] else ()
     return LaunchConfig(template, (n // n_tile) * threads, threads, dtype, min_blocks, smem,
                         packing)

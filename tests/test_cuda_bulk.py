@@ -134,3 +134,36 @@ def test_the_bulk_pipeline_takes_each_leg_out_as_the_register_pipeline_does(
         cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "bfloat16",
                            {"n_tile": 32, "k_groups": 4, "unroll": 1, "stages": 4,
                             "ablate": 1})
+
+
+@pytest.mark.skipif(cuda_offline.nvdisasm() is None, reason="nvdisasm is not found")
+@pytest.mark.parametrize("stages,smem", [(3, 51328), (2, 43136)])
+def test_x_early_takes_the_bulk_pipelines_activations_through_a_ring_of_their_own(stages, smem):
+    """``x_early`` with ``bulk`` (gate/up's 32 x 4 at denorm 2, bf16 M=8): each K step's
+    activations go to shared memory by cp.async (LDGSTS, 4 of 16 B a lane and step, issued in
+    the prologue and the loop) and no LDG of x is left; the ring adds BULK_X_DEPTH steps of
+    64 B a lane to the block's shared memory (16 KiB: 3 stages then fit 4 blocks an SM, 2
+    stages 5), and its loads alone (ablate 1) copy no x. The source's depth is the config's."""
+    from kernels.cuda_config import BULK_X_DEPTH
+    from kernels.variants._mma_weights_a_cuda import CUDA_SOURCE
+    assert f"constexpr int X_DEPTH = {BULK_X_DEPTH};" in CUDA_SOURCE
+    tile = {"n_tile": 32, "k_groups": 4, "unroll": 1, "stages": stages, "bulk": 3, "denorm": 2}
+    ops = {}
+    for x_early, ablate in ((0, 0), (1, 0), (1, 1)):
+        cfg = cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "bfloat16",
+                                 {**tile, "x_early": x_early, "ablate": ablate})
+        assert cfg.template["X_EARLY"] == bool(x_early)
+        rep = cuda_offline.compile_launch("mma_weights_a", cfg)
+        assert rep.registers > 0 and rep.spill_bytes == 0, rep
+        sass = cuda_offline.sass_sm90("mma_weights_a", cfg.activation, cfg.template)
+        ops[x_early, ablate] = collections.Counter(cuda_offline.sass_opcode(i) for i in sass)
+        if x_early and not ablate:
+            assert cfg.shared_memory == smem
+            assert smem - cuda.launch_config("mma_weights_a", 8, 5120, 17408, 64, "bfloat16",
+                                             tile).shared_memory == 4 * 32 * BULK_X_DEPTH * 64
+
+    def loads(c, op):
+        return sum(n for o, n in c.items() if o.split(".")[0] == op)
+    assert loads(ops[0, 0], "LDG") == 8 and loads(ops[0, 0], "LDGSTS") == 0
+    assert loads(ops[1, 0], "LDG") == 0 and loads(ops[1, 0], "LDGSTS") == 8
+    assert loads(ops[1, 1], "LDGSTS") == 0 and ops[1, 1]["HMMA"] == 0

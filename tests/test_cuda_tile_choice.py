@@ -19,6 +19,7 @@ import cuda_verify_ncu as cvn
 import regen_sm90_table as regen
 import sm90_tile_choice as choice
 import sweep_points as sp
+import sweep_records as sr
 
 from kernels import cuda
 from kernels.variants import VARIANTS
@@ -259,7 +260,7 @@ def _bulk3_choice(final: list[dict]):
     times eager and compiled), faster alone at every launch than the entry's own."""
     table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
     own = _gate_up_bf16(table, 8)
-    pt = {**sp.as_params(sp.BULK_DENORM["gate_up"][0])}
+    pt = {**sp.as_params(sr.BULK3_TILES_2026_12_05["gate_up"][0]), **sp.DENORM_2}
     cold = {"shapes": {"gate_up/bfloat16": {"points": [{**pt, "ok": True}], "final": [
         {**f, "params": pt} for f in final]}}}
     launches = [{"label": "gate_up bfloat16 M=8 stock", "name": "qmm_sm80", "us": 88.0}]

@@ -55,6 +55,9 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   constexpr int PITCH = SPS * 64 + (SPS % 2 == 0 && !PACKED ? 64 : 0);
   constexpr int STAGE_BYTES = K_GROUPS * COLS * PITCH;
   constexpr int SB_BYTES = COLS * ROW_GROUPS * 2;
+  // BULK with X_EARLY: each lane's activations through a ring of X_DEPTH K steps after the
+  // weights' (kernels.cuda_config.BULK_X_DEPTH sizes it)
+  constexpr int X_DEPTH = 2;
   extern __shared__ __align__(128) unsigned char dsmem[];
 """ + MMA_LANES + r"""
   // Lane bases: the lane's first row (g) and K offset; other rows and steps are offsets from
@@ -213,16 +216,48 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
         return *reinterpret_cast<const uint4*>(
             ring + slot * STAGE_BYTES + (warp * COLS + r) * PITCH + u * 64 + 16 * t);
       };
+      // X_EARLY: a K step's activations are copied (cp.async) into the lane's own slots of the
+      // x ring X_DEPTH - 1 steps before their math, not loaded into registers inside the step
+      // before: on the H100, 43% of bulk = 3's stall samples waited on those loads
+      // (bench/results/h100/bulk3_stalls_1632). A lane reads back only what it copied, so
+      // cp.async.wait_group alone orders the ring.
+      uint4* x_ring = reinterpret_cast<uint4*>(ring + STAGES * STAGE_BYTES) +
+                      warp * (X_DEPTH * XQ * 32) + lane;
+      auto issue_x = [&](int ls) {  // the warp's K step ls (empty groups past the end)
+        if (ls < GROUP_STEPS) {
+#pragma unroll
+          for (int mt = 0; mt < M_TILES; ++mt) {
+            if (8 * mt + g < M_ROWS) {
+              const T* xp = x_lane + 8 * mt * K + (warp * GROUP_STEPS + ls) * 128;
+#pragma unroll
+              for (int i = 0; i < 4; ++i)
+                dflash2_cp_async16_ca(x_ring + ((ls % X_DEPTH) * XQ + 4 * mt + i) * 32,
+                                      xp + 8 * i);
+            }
+          }
+        }
+        dflash2_cp_async_commit();
+      };
       uint4 xa[M_TILES][4], xn[M_TILES][4];
-      if constexpr (ABLATE != 1) load_x(xa, warp * GROUP_STEPS);
+      if constexpr (X_EARLY && ABLATE != 1) {
+#pragma unroll
+        for (int ls = 0; ls < X_DEPTH - 1; ++ls) issue_x(ls);
+      } else if constexpr (ABLATE != 1) {
+        load_x(xa, warp * GROUP_STEPS);
+      }
 #pragma unroll 1
       for (int st = 0; st < N_ST; ++st) {
         const int slot = st % STAGES;
+        // the stage's first step's x copies go out before the wait on its weights
+        if constexpr (X_EARLY && ABLATE != 1) issue_x(st * SPS + X_DEPTH - 1);
         if constexpr (ABLATE != 2) dflash2_mbar_wait(full + slot, (st / STAGES) & 1);
 #pragma unroll 1
         for (int u = 0; u < SPS; ++u) {
           const int step = warp * GROUP_STEPS + st * SPS + u;
           const int grp = (step * 128 + 32 * t) / GS;
+          if constexpr (X_EARLY && ABLATE != 1) {
+            if (u > 0) issue_x(st * SPS + u + X_DEPTH - 1);
+          }
           if constexpr (ABLATE == 1) {
 #pragma unroll
             for (int c = 0; c < COL_TILES; ++c)
@@ -250,6 +285,18 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
               sc[c][h] = scale_pair(sv);
               bi[c][h] = bv | (bv << 16);
             }
+          if constexpr (X_EARLY) {
+            dflash2_cp_async_wait<X_DEPTH - 1>();  // this step's copies have landed
+            const int xs = ((st * SPS + u) % X_DEPTH) * XQ;
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; ++mt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i)
+                xa[mt][i] = 8 * mt + g < M_ROWS ? x_ring[(xs + 4 * mt + i) * 32]
+                                                : make_uint4(0, 0, 0, 0);
+            mma_math(wq, sc, bi, xa);
+            continue;
+          }
           const bool more = st * SPS + u + 1 < GROUP_STEPS;
           if (more) load_x(xn, step + 1);
           mma_math(wq, sc, bi, xa);
@@ -264,11 +311,14 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
         if (ABLATE != 2 && lane == 0) dflash2_mbar_arrive(empty + slot);  // read: refill it
         // LEADER: warp 0's lane 0 refills the slot of the stage BEFORE this one (released by
         // every warp by now, all but always), so it rarely waits and the ring runs STAGES - 1
-        // stages ahead
+        // stages ahead. With 2 stages that refill would come only as its stage is needed, so
+        // there it refills this stage's slot once every warp has released it (LAG 0): one
+        // stage ahead, warp 0 waiting on the slowest warp's stage.
         if constexpr (LEADER && ABLATE != 2) {
-          const int next = st - 1 + STAGES;
-          if (warp == 0 && lane == 0 && st >= 1 && next < N_ST) {
-            dflash2_mbar_wait(empty + (st - 1) % STAGES, ((st - 1) / STAGES) & 1);
+          constexpr int LAG = STAGES > 2 ? 1 : 0;
+          const int next = st - LAG + STAGES;
+          if (warp == 0 && lane == 0 && st >= LAG && next < N_ST) {
+            dflash2_mbar_wait(empty + (st - LAG) % STAGES, ((st - LAG) / STAGES) & 1);
             copy_stage(next);
           }
         }
@@ -276,6 +326,7 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
       if constexpr (ABLATE == 1) {
         if (sink == 0x9E3779B9u) acc[0][0][0] = 1.f;  // keeps the reads, and so the waits
       }
+      if constexpr (X_EARLY) dflash2_cp_async_wait<0>();
     }
     __syncthreads();  // the partial sums below reuse the ring's memory
   } else if constexpr (STAGES > 0) {
