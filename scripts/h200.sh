@@ -3,7 +3,7 @@
 # 64 MiB per call. Wheels are never committed: they live in the ignored .whl/ folder.
 #
 #   scripts/h200.sh fetch          here: download mlx + mlx-cuda-13 (cp312) and split the 86 MB
-#                                  wheel into .whl/p1 and .whl/p2 (45 MB parts)
+#                                  wheel into .whl/p1 and .whl/p2 (43 MiB parts)
 #   scripts/h200.sh stage          there: copy whatever parts this call carried to /tmp/wheels
 #   scripts/h200.sh install        there: join the parts, install into /tmp/site (PYTHONPATH)
 #   scripts/h200.sh bench ARGS     there: bench/cuda_verify.py (the honest bench: read ceiling,
@@ -80,7 +80,9 @@ case "$cmd" in
       --platform manylinux_2_17_x86_64 -d .whl "mlx==$VERSION" "mlx-cuda-13==$VERSION"
     cuda_whl=$(ls .whl/mlx_cuda_13-*.whl)
     base=$(basename "$cuda_whl")
-    split -b 45M "$cuda_whl" ".whl/$base.part-"
+    # 43 MiB: a call carries 64 MiB in all, the repository's tracked files (~19 MiB) included
+    rm -f .whl/p1/*.part-* .whl/p2/*.part-*
+    split -b 43M "$cuda_whl" ".whl/$base.part-"
     mv ".whl/$base.part-aa" .whl/p1/
     mv ".whl/$base.part-ab" .whl/p2/
     mv .whl/mlx-"$VERSION"-*.whl .whl/p2/
