@@ -16,6 +16,7 @@ import sys
 
 from sweep_records import (
     BULK3_TILES_2026_12_05,
+    BULK3_XRING_TILES_2026_12_05,
     BULK_TILES_2026_12_05,
     DN,
     GU,
@@ -156,15 +157,10 @@ DENORMED = {
 # 88-94 registers at 128 threads). Each tile runs whole (plain, denorm 2), loads alone and math
 # alone at denorm 2.
 # bulk = 3 on the H200 (16:16 UTC, sweep_records.BULK3_TILES_2026_12_05): whole 20.4-21.2 us
-# at denorm 2 with both legs ~14.5 alone; on an H100, 43% of its stall samples waited on x's LDG
-# from L2 (bench/results/h100/bulk3_stalls_1632). Next: x through a cp.async ring of its own
-# (x_early with bulk; 70-72 registers, 16 KiB more shared memory: 3 stages fit 4 blocks an SM,
-# 2 stages 5, with the leader then refilling a stage's own slot), beside 16:16's best and the
-# 2-stage ring without it.
-BULK_TILES = {"gate_up": [((32, 4, 1, 0, 3), {"bulk": 3}),
-                          ((32, 4, 1, 0, 3, 128, 1), {"bulk": 3}),
-                          ((32, 4, 1, 0, 2, 128, 1), {"bulk": 3}),
-                          ((32, 4, 1, 0, 2), {"bulk": 3})],
+# at denorm 2 with both legs ~14.5 alone. On an H100 (16:48, BULK3_XRING_TILES_2026_12_05) x
+# through a ring of its own was slower, and 2 stages, the leader refilling a stage's own slot,
+# the fastest bulk tile (23.5-23.8 against 24.3-24.5 at 3 stages): the H200 has not timed it.
+BULK_TILES = {"gate_up": [((32, 4, 1, 0, 3), {"bulk": 3}), ((32, 4, 1, 0, 2), {"bulk": 3})],
               "down": BULK3_TILES_2026_12_05["down"]}
 # the same tiles' whole at denorm 2, the set whose bit-exactness the cold sweep checks
 BULK_DENORM = {shape: [(pt, {**extra, **DENORM_2}) for pt, extra in pts]
@@ -263,6 +259,7 @@ BULK_SMOKE = (((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 4, 1, 0, 4), {"bulk": 2}),
 # Every set by the name ``--points`` takes (the sweep and the ncu run): the next, or a run's.
 SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm": BULK_DENORM,
         "2026-12-05-bulk": BULK_TILES_2026_12_05, "2026-12-05-bulk3": BULK3_TILES_2026_12_05,
+        "2026-12-05-bulk3-xring": BULK3_XRING_TILES_2026_12_05,
         "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,
         "2026-12-04-bulk-rows": POINTS_2026_12_04_BULK_ROWS,
         "2026-12-04-bulk": POINTS_2026_12_04_BULK, "2026-12-04": POINTS_2026_12_04,

@@ -98,3 +98,12 @@ BULK_TILES_2026_12_05 = {
 BULK3_TILES_2026_12_05 = {
     "gate_up": [((32, 4, 1, 0, 4), {"bulk": 3}), ((32, 4, 1, 0, 3), {"bulk": 3})],
     "down": [((16, 8, 1, 0, 4), {"bulk": 3}), ((16, 8, 1, 0, 6), {"bulk": 3})]}
+
+# x through a cp.async ring of its own on bulk = 3 (H100, 2026-12-05 16:48 UTC,
+# bench/results/h100/bulk3_xring_1648/): slower at both depths (whole 25.8-29.0 us at denorm 2
+# against 23.5-24.5 without; its math alone 17.8-18.2 against 15.3-15.7); 2 stages with the
+# leader refilling its own slot the fastest bulk tile there (23.5-23.8).
+BULK3_XRING_TILES_2026_12_05 = {
+    "gate_up": [((32, 4, 1, 0, 3), {"bulk": 3}), ((32, 4, 1, 0, 3, 128, 1), {"bulk": 3}),
+                ((32, 4, 1, 0, 2, 128, 1), {"bulk": 3}), ((32, 4, 1, 0, 2), {"bulk": 3})],
+    "down": [((16, 8, 1, 0, 4), {"bulk": 3}), ((16, 8, 1, 0, 6), {"bulk": 3})]}

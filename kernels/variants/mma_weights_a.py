@@ -48,6 +48,14 @@ instead of one a row: the first two bulk runs found the time falling as the copi
 the register pipeline); packed, gate/up at M=8 ties the register pipeline alone (25.8-26.5
 against 25.6-26.5 us) and down and M=16 are slower, so no table entry selects it.
 
+``bulk`` = 3 is the packed pipeline with no producer warp: warp 0's lane 0 issues each stage's
+copy, refilling the slot of the stage before (with 2 stages, its own stage's slot once every
+warp has released it). With ``x_early`` the bulk pipeline copies each K step's activations by
+cp.async into a ring of 2 steps a lane (16 KiB a block more) instead of loading them into
+registers inside the step before: measured slower on an H100 (2026-12-05 16:48 UTC,
+bench/results/h100/bulk3_xring_1648: its math alone 17.8-18.2 us against 15.3-15.7), kept as a
+lever a sweep may name.
+
 ``hi_in_place`` = 1 (fp16 only) takes the high nibble of each byte where it lies (nibbles 1 and
 3 of each 16-bit half: bits 4-7, and 12-15 moved there by one shift of 8) into the mantissa of
 64, whose last place is 1/16, so 64 + q exactly: one shift a weight word instead of three, the
