@@ -3,9 +3,11 @@
 # 64 MiB per call. Wheels are never committed: they live in the ignored .whl/ folder.
 #
 #   scripts/h200.sh fetch          here: download mlx + mlx-cuda-13 (cp312) and split the 86 MB
-#                                  wheel into .whl/p1 and .whl/p2 (43 MiB parts)
+#                                  wheel into .whl/p1, p2, p3 (30 MiB parts: `split`), the small
+#                                  mlx wheel into the last
 #   scripts/h200.sh stage          there: copy whatever parts this call carried to /tmp/wheels
-#   scripts/h200.sh install        there: join the parts, install into /tmp/site (PYTHONPATH)
+#   scripts/h200.sh install        there: check every part of the manifest is staged, join them
+#                                  (sha256 checked), install into /tmp/site (PYTHONPATH)
 #   scripts/h200.sh bench ARGS     there: bench/cuda_verify.py (the honest bench: read ceiling,
 #                                  cold and hot weights, eager and compiled, host cost, a chain of
 #                                  dependent launches, and with --ncu ncu's time of every row's
@@ -64,8 +66,9 @@
 #                                  results as JSONL in $OUT (for `farm ingest`); with
 #                                  RECORD_GOLDENS=0 the committed goldens and table are checked
 #
-# One call carries .whl/p1 and runs `stage`; the next (while the machine is warm: it is given
-# back after 30 s idle, so issue it at once) carries .whl/p2 and runs `stage && install && ...`.
+# One call carries .whl/p1 and runs `stage`, the next .whl/p2 the same, and the last (while the
+# machine is warm: it is given back after 30 s idle, so issue each at once) carries .whl/p3 and
+# runs `stage && install && ...`.
 # How each record in bench/results/h200/ was made (the calls, in order) and the next
 # session's plan: bench/results/h200/RUNS.md.
 set -euo pipefail
@@ -74,40 +77,63 @@ cmd="${1:-}"
 case "$cmd" in
   fetch)
     grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo '/.whl/' >> .git/info/exclude
-    mkdir -p .whl/p1 .whl/p2
+    mkdir -p .whl
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
       --implementation cp --platform manylinux_2_35_x86_64 --platform manylinux_2_28_x86_64 \
       --platform manylinux_2_17_x86_64 -d .whl "mlx==$VERSION" "mlx-cuda-13==$VERSION"
-    cuda_whl=$(ls .whl/mlx_cuda_13-*.whl)
-    base=$(basename "$cuda_whl")
-    # 43 MiB: a call carries 64 MiB in all, the repository's tracked files (~19 MiB) included
-    rm -f .whl/p1/*.part-* .whl/p2/*.part-*
-    split -b 43M "$cuda_whl" ".whl/$base.part-"
-    mv ".whl/$base.part-aa" .whl/p1/
-    mv ".whl/$base.part-ab" .whl/p2/
-    mv .whl/mlx-"$VERSION"-*.whl .whl/p2/
-    ls -la .whl/p1 .whl/p2
+    bash "$0" split .whl/mlx_cuda_13-*.whl
+    mv .whl/mlx-"$VERSION"-*.whl "$(ls -d .whl/p* | tail -n 1)/"
+    ls -la .whl/p*
+    ;;
+  split)
+    # WHEEL into .whl/p1, p2, ... of PART_MIB (default 30) each: a call carries 64 MiB in all,
+    # the repository's tracked files (~20 MiB and growing) included. Each folder also gets the
+    # manifest (the parts' names and sizes, the wheel's sha256), so `install` knows whether all
+    # were staged whichever call carried which.
+    whl=$2
+    base=$(basename "$whl")
+    rm -rf .whl/p[0-9]*; mkdir -p .whl
+    split -b "${PART_MIB:-30}M" "$whl" ".whl/$base.part-"
+    i=0
+    for part in .whl/"$base".part-*; do
+      i=$((i + 1)); mkdir -p ".whl/p$i"; mv "$part" ".whl/p$i/"
+    done
+    { sha256sum "$whl" | cut -d' ' -f1
+      for d in .whl/p[0-9]*; do stat -c '%n %s' "$d/$base".part-* | sed 's|.*/||'; done
+    } > ".whl/$base.parts"
+    for d in .whl/p[0-9]*; do cp ".whl/$base.parts" "$d/"; done
     ;;
   stage)
-    mkdir -p /tmp/wheels
-    for d in .whl/p1 .whl/p2; do [ -d "$d" ] && cp "$d"/* /tmp/wheels/ 2>/dev/null || true; done
-    ls -la /tmp/wheels
+    mkdir -p "${WHEELS:-/tmp/wheels}"
+    for d in .whl/p[0-9]*; do [ -d "$d" ] && cp "$d"/* "${WHEELS:-/tmp/wheels}"/ 2>/dev/null || true; done
+    ls -la "${WHEELS:-/tmp/wheels}"
     ;;
   install)
-    cd /tmp/wheels
-    part=$(ls mlx_cuda_13-*.whl.part-aa)
-    whl="${part%.part-aa}"
-    # both parts, or nothing joined (a join of one part once sat there as an invalid wheel and
-    # was taken as done by the next call); rejoined whenever the parts' size differs
-    parts=$(ls "$whl".part-* | wc -l)
-    if [ "$parts" -lt 2 ]; then
-      echo "install: $parts part of the CUDA wheel staged; stage .whl/p2 (and p1) first" >&2
+    cd "${WHEELS:-/tmp/wheels}"
+    manifest=$(ls mlx_cuda_13-*.whl.parts 2> /dev/null | head -n 1 || true)
+    if [ -z "$manifest" ]; then
+      echo "install: no CUDA wheel staged (its parts' manifest is missing); stage .whl/p1 first" >&2
       exit 2
     fi
-    size=$(cat "$whl".part-* | wc -c)
-    [ -f "$whl" ] && [ "$(stat -c %s "$whl")" = "$size" ] || cat "$whl".part-* > "$whl"
+    whl="${manifest%.parts}"
+    # every part at its size, or nothing joined (a join of one part once sat there as an invalid
+    # wheel and was taken as done by the next call); rejoined whenever the sha256 differs
+    missing=$(tail -n +2 "$manifest" | while read -r name size; do
+      [ -f "$name" ] && [ "$(stat -c %s "$name")" = "$size" ] || echo "${name##*.part-}"; done)
+    if [ -n "$missing" ]; then
+      echo "install: part(s) $(echo $missing) of the CUDA wheel not staged; stage every .whl/p* first" >&2
+      exit 2
+    fi
+    want=$(head -n 1 "$manifest")
+    if [ ! -f "$whl" ] || [ "$(sha256sum "$whl" | cut -d' ' -f1)" != "$want" ]; then
+      tail -n +2 "$manifest" | while read -r name _; do cat "$name"; done > "$whl"
+      if [ "$(sha256sum "$whl" | cut -d' ' -f1)" != "$want" ]; then
+        echo "install: the joined CUDA wheel's sha256 is not the manifest's" >&2
+        exit 2
+      fi
+    fi
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/site /tmp/wheels/mlx-"$VERSION"-*.whl "/tmp/wheels/$whl"
+      --target /tmp/site "${WHEELS:-/tmp/wheels}"/mlx-"$VERSION"-*.whl "$PWD/$whl"
     PYTHONPATH=/tmp/site python3 -c "import mlx.core as mx; print(mx.__version__, mx.default_device(), mx.device_info())"
     ;;
   bench)
