@@ -159,8 +159,11 @@ DENORMED = {
 # bulk = 3 on the H200 (16:16 UTC, sweep_records.BULK3_TILES_2026_12_05): whole 20.4-21.2 us
 # at denorm 2 with both legs ~14.5 alone. On an H100 (16:48, BULK3_XRING_TILES_2026_12_05) x
 # through a ring of its own was slower, and 2 stages, the leader refilling a stage's own slot,
-# the fastest bulk tile (23.5-23.8 against 24.3-24.5 at 3 stages): the H200 has not timed it.
-BULK_TILES = {"gate_up": [((32, 4, 1, 0, 3), {"bulk": 3}), ((32, 4, 1, 0, 2), {"bulk": 3})],
+# the fastest bulk tile (23.5-23.8 against 24.3-24.5 at 3 stages): the H200 has not timed it,
+# nor 2 stages of 2 steps each (16 KiB copies; nvcc for sm_90: 96 registers, 43 KiB, 5 blocks
+# an SM).
+BULK_TILES = {"gate_up": [((32, 4, 1, 0, 3), {"bulk": 3}), ((32, 4, 1, 0, 2), {"bulk": 3}),
+                          ((32, 4, 2, 0, 2), {"bulk": 3})],
               "down": BULK3_TILES_2026_12_05["down"]}
 # the same tiles' whole at denorm 2, the set whose bit-exactness the cold sweep checks
 BULK_DENORM = {shape: [(pt, {**extra, **DENORM_2}) for pt, extra in pts]
