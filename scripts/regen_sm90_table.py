@@ -71,18 +71,14 @@ def _key(shape: str, dtype: str, m: int, gs: int) -> tuple:
     return (shape, dtype, int(m), int(gs))
 
 
-# Issue 14: eager within 10% of compiled (COMPILED_OVER_EAGER, the tile choice's). A candidate
-# whose compiled launch (the weights the compiled function's inputs, cold) is slower than its
-# eager one by more than that in every batch is not the kernel the eager figures measured
-# (2026-12-05 16:22: a tile that packs w made the pack in the graph on every call, 50.0 us
-# against 23.6 eager).
-
-
 def compiled_gap(alone: dict | None, variant: str, params: dict) -> dict | None:
     """The figures where the bench's main row ran this kernel and tile and its cold compiled
-    launch was over COMPILED_OVER_EAGER times its cold eager one in every batch (the fastest
-    compiled batch against the slowest eager one: a gap no batch's noise explains); None
-    otherwise or where not measured."""
+    launch (the weights the compiled function's inputs) was over COMPILED_OVER_EAGER (the tile
+    choice's: issue 14's eager within 10% of compiled) times its cold eager one in every batch,
+    the fastest compiled batch against the slowest eager one, a gap no batch's noise explains;
+    None otherwise or where not measured. Such a launch is not the kernel the eager figures
+    measured (2026-12-05 16:22: a tile that packs w made the pack in the graph on every call,
+    50.0 us against 23.6 eager)."""
     if not (alone and alone.get("kernel") == variant and alone.get("params") == params
             and alone.get("cold_custom_compiled_batches_us")
             and alone.get("cold_custom_eager_batches_us")):
