@@ -73,6 +73,7 @@
 # session's plan: bench/results/h200/RUNS.md.
 set -euo pipefail
 VERSION=0.32.4
+WHEELS=${WHEELS:-/tmp/wheels}  # where `stage` puts the parts there and `install` joins them
 cmd="${1:-}"
 case "$cmd" in
   fetch)
@@ -104,12 +105,12 @@ case "$cmd" in
     for d in .whl/p[0-9]*; do cp ".whl/$base.parts" "$d/"; done
     ;;
   stage)
-    mkdir -p "${WHEELS:-/tmp/wheels}"
-    for d in .whl/p[0-9]*; do [ -d "$d" ] && cp "$d"/* "${WHEELS:-/tmp/wheels}"/ 2>/dev/null || true; done
-    ls -la "${WHEELS:-/tmp/wheels}"
+    mkdir -p "$WHEELS"
+    for d in .whl/p[0-9]*; do [ -d "$d" ] && cp "$d"/* "$WHEELS"/ 2>/dev/null || true; done
+    ls -la "$WHEELS"
     ;;
   install)
-    cd "${WHEELS:-/tmp/wheels}"
+    cd "$WHEELS"
     manifest=$(ls mlx_cuda_13-*.whl.parts 2> /dev/null | head -n 1 || true)
     if [ -z "$manifest" ]; then
       echo "install: no CUDA wheel staged (its parts' manifest is missing); stage .whl/p1 first" >&2
@@ -133,7 +134,7 @@ case "$cmd" in
       fi
     fi
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-      --target /tmp/site "${WHEELS:-/tmp/wheels}"/mlx-"$VERSION"-*.whl "$PWD/$whl"
+      --target /tmp/site "$WHEELS"/mlx-"$VERSION"-*.whl "$PWD/$whl"
     PYTHONPATH=/tmp/site python3 -c "import mlx.core as mx; print(mx.__version__, mx.default_device(), mx.device_info())"
     ;;
   bench)

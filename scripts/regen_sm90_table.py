@@ -71,6 +71,11 @@ def _key(shape: str, dtype: str, m: int, gs: int) -> tuple:
     return (shape, dtype, int(m), int(gs))
 
 
+def _ran(alone: dict | None, variant: str, params: dict) -> bool:
+    """Whether the bench's main row ran this same kernel and tile (its figures then apply)."""
+    return bool(alone and alone.get("kernel") == variant and alone.get("params") == params)
+
+
 def compiled_gap(alone: dict | None, variant: str, params: dict) -> dict | None:
     """The figures where the bench's main row ran this kernel and tile and its cold compiled
     launch (the weights the compiled function's inputs) was over COMPILED_OVER_EAGER (the tile
@@ -79,8 +84,7 @@ def compiled_gap(alone: dict | None, variant: str, params: dict) -> dict | None:
     None otherwise or where not measured. Such a launch is not the kernel the eager figures
     measured (2026-12-05 16:22: a tile that packs w made the pack in the graph on every call,
     50.0 us against 23.6 eager)."""
-    if not (alone and alone.get("kernel") == variant and alone.get("params") == params
-            and alone.get("cold_custom_compiled_batches_us")
+    if not (_ran(alone, variant, params) and alone.get("cold_custom_compiled_batches_us")
             and alone.get("cold_custom_eager_batches_us")):
         return None
     comp_min = min(alone["cold_custom_compiled_batches_us"])
@@ -129,8 +133,8 @@ def _eager_verdict(row: dict | None, variant: str, params: dict,
         return True, fig
     # The batched figures let independent launches overlap; one launch alone is what a decode
     # sees. Kept on it only where its margin clears both its own spread and the batches' noise.
-    if (alone and alone.get("kernel") == variant and alone.get("params") == params
-            and alone.get("ncu_stock_all_us") and alone.get("ncu_custom_all_us")):
+    if (_ran(alone, variant, params) and alone.get("ncu_stock_all_us")
+            and alone.get("ncu_custom_all_us")):
         a_noise = max(_spread(alone["ncu_stock_all_us"]), _spread(alone["ncu_custom_all_us"]))
         a_margin = alone["ncu_stock_us"] - alone["ncu_custom_us"]
         fig["alone"] = {"stock_us": round(alone["ncu_stock_us"], 2),
