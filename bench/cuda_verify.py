@@ -84,17 +84,36 @@ def stock(x, wq, s, b):
     return mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=GS, bits=BITS)
 
 
-def custom_fn(name: str, params: dict, scales_max_abs: float | None = None):
+def custom_fn(name: str, params: dict, scales_max_abs: float | None = None,
+              layout_keys: tuple = ()):
     """The custom launch as a function of arrays, for ``mx.compile`` (QWeights is built only
     while the compiled function traces). The weights are that function's inputs, so
     ``cuda.launch`` sees tracers: it keeps nothing and its kernel call is recorded into the
     caller's graph, which replays it with each copy's arrays. ``scales_max_abs``: the largest
     |scale| of every copy the function will be given (``scale_magnitude``), so a ``denorm``
     tile runs as such where that fits its limit, not as its plain self (the launch cannot
-    measure tracers)."""
-    def f(x, wq, s, b):
-        return cuda.launch(name, x, QWeights(wq, s, b, GS, BITS, scales_max_abs), params)
+    measure tracers). ``layout_keys``: the layouts of w the tile reads (``load_layouts``),
+    passed after the biases as inputs too, as a caller passes what its layers keep from load;
+    without them a packing tile's copy of w is traced into the graph and run on every call."""
+    def f(x, wq, s, b, *layouts):
+        return cuda.launch(name, x, QWeights(wq, s, b, GS, BITS, scales_max_abs,
+                                             layouts=dict(zip(layout_keys, layouts))), params)
     return f
+
+
+def load_layouts(name: str, params: dict, m: int, dtype, copies: list) -> tuple:
+    """The keys of the layouts of w the tile reads at M = ``m`` (() for one that reads w as
+    MLX stores it), each made now for every copy and kept with it (``QWeights.layouts``), as
+    ``kernels.dispatch.at_load`` makes them where a model's layers are loaded."""
+    keys: tuple = ()
+    for q in copies:
+        keys = tuple(cuda.layouts_for(name, q, m, dtype, params))
+    return keys
+
+
+def compiled_call(fn, layout_keys: tuple = ()):
+    """How a compiled custom ``fn`` is called on a copy: its arrays, layouts included."""
+    return lambda x, q: fn(x, q.wq, q.scales, q.biases, *(q.layouts[k] for k in layout_keys))
 
 
 def scale_magnitude(copies: list) -> float:
@@ -117,19 +136,21 @@ def runs_plain(params, dtype: str, magnitude: float) -> bool:
     return denorm_record(params, dtype, magnitude).get("denorm_runs") is False
 
 
-def paths_for(name: str, params: dict, scales_max_abs: float | None = None) -> dict:
+def paths_for(name: str, params: dict, scales_max_abs: float | None = None,
+              layout_keys: tuple = ()) -> dict:
     """The four timed paths, each a function of (x, weights). Eager custom is called the way
     the runtime calls it: ``cuda.launch`` on the layer's QWeights, made once at load (each
     weights' launch captured and traced on its first call, in the timings' warm-up rounds,
     then replayed), with the params as the runtime passes them: the selection table's
-    read-only mapping, one object per entry (``kernels.selection``)."""
+    read-only mapping, one object per entry (``kernels.selection``). ``layout_keys``: the
+    layouts of w made at load (``load_layouts``), inputs of the compiled path."""
     params = MappingProxyType(dict(params))
     stock_c = mx.compile(stock)
-    custom_c = mx.compile(custom_fn(name, params, scales_max_abs))
+    custom_c = mx.compile(custom_fn(name, params, scales_max_abs, layout_keys))
     return {"stock_eager": lambda x, q: stock(x, q.wq, q.scales, q.biases),
             "stock_compiled": lambda x, q: stock_c(x, q.wq, q.scales, q.biases),
             "custom_eager": lambda x, q: cuda.launch(name, x, q, params),
-            "custom_compiled": lambda x, q: custom_c(x, q.wq, q.scales, q.biases)}
+            "custom_compiled": compiled_call(custom_c, layout_keys)}
 
 
 def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float,
@@ -142,7 +163,11 @@ def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float
     rows = []
     for m in ms:
         name, params, tile_from = tile_for(table or {}, sweep, op, k, dt_name, m)
-        paths = paths_for(name, params, magnitude)
+        try:
+            keys = load_layouts(name, params, m, dt, copies)
+        except ValueError:  # a tile that cannot tile M: its launch below says so
+            keys = ()
+        paths = paths_for(name, params, magnitude, keys)
         x = (mx.random.normal((m, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)
         mx.eval(x)
         moved = qbytes(one) + 2 * m * k + 2 * m * n
@@ -150,7 +175,8 @@ def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float
                "params": params, "tile_from": tile_from, "bytes": moved,
                **denorm_record(params, dt_name, magnitude),
                "floor_us": moved / ceiling * 1e6,
-               "cold_copies": count, "cold_working_set_bytes": count * qbytes(one)}
+               "cold_copies": count, "cold_working_set_bytes": count * qbytes(one),
+               "layouts_from_load": [list(k) for k in keys]}
         # Does the custom kernel compute the same thing as stock here? (max |diff| / max |y|)
         try:
             ys, yc = stock(x, one.wq, one.scales, one.biases), paths["custom_eager"](x, one)

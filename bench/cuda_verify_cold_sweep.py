@@ -187,10 +187,10 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
         cands.sort(key=lambda c: c[0])
         row["candidates"] = [{"us": u, **p} for u, p in cands]
         us, p = cands[0]
-        custom_c = mx.compile(cv.custom_fn(*launch_of(p), magnitude))
-        row.update(params=p, custom_eager_us=us,
-                   custom_compiled_us=cold_us(
-                       lambda x, q, f=custom_c: f(x, q.wq, q.scales, q.biases), x)["us"],
+        keys = cv.load_layouts(*launch_of(p), m, dt, copies)
+        custom_c = mx.compile(cv.custom_fn(*launch_of(p), magnitude, keys))
+        row.update(params=p, custom_eager_us=us, layouts_from_load=[list(k) for k in keys],
+                   custom_compiled_us=cold_us(cv.compiled_call(custom_c, keys), x)["us"],
                    m8_best_params_us=(cands[[c[1] for c in cands].index(top[0])][0]
                                       if top[0] in [c[1] for c in cands] else None))
         if chain:

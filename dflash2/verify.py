@@ -18,7 +18,7 @@ import mlx.core as mx
 from mlx import nn
 
 from devices.identity import DeviceIdentity
-from kernels.dispatch import quantized_matmul
+from kernels.dispatch import at_load, quantized_matmul
 from kernels.qweights import QWeights
 from kernels.selection import FALLBACK_DTYPE, Choice
 
@@ -55,7 +55,7 @@ class _KernelLinear(nn.Module):
     def __init__(self, layer: nn.QuantizedLinear, op: str, device: DeviceIdentity,
                  columns_of: int | None = None):
         super().__init__()
-        self.qw = qweights_of(layer)
+        self.qw = at_load(qweights_of(layer), device, columns_of=columns_of)
         self.columns_of = columns_of  # full N when the layer holds a column slice (suites)
         self.bias = layer.get("bias") if "bias" in layer else None
         self.op = op

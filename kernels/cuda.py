@@ -267,13 +267,33 @@ def weights_for(name: str, qw: QWeights, scales_dtype: mx.Dtype | None,
                 packing: tuple) -> tuple:
     """(w, scales, biases) as a launch's source reads them: scales and biases converted to
     ``scales_dtype`` and w in the variant's own layout (``LaunchConfig.packing``), each made
-    once per weights and kept with them (a packed w is a second copy of w)."""
+    once per weights and kept with them (a packed w is a second copy of w, in
+    ``QWeights.layouts``: one given there, made at load or passed into a caller's trace, is
+    read as it is)."""
     q = qw.in_dtype(scales_dtype) if scales_dtype is not None else qw
     wq = q.wq
     if packing:
-        pack = VARIANTS[name].pack_weights
-        wq = q.derived((name, *packing), lambda: pack(q.wq, *packing))
+        key = (name, *packing)
+        wq = q.layouts.get(key)
+        if wq is None:
+            wq = q.layouts[key] = VARIANTS[name].pack_weights(q.wq, *packing)
     return wq, q.scales, q.biases
+
+
+def layouts_for(name: str, qw: QWeights, m: int, dtype: mx.Dtype, params: Mapping) -> dict:
+    """{(variant, *packing): w in that layout} for the launch of ``params`` at M = ``m`` on
+    these weights, made now (evaluated) and kept in ``qw.layouts``; {} for a tile that reads
+    w as MLX stores it. Called where the weights are loaded, so that a caller who compiles
+    with the weights as its inputs passes the layout as one of them: inside a trace a layout
+    it lacks is an op of the graph, a copy of w on every call (gate/up bf16 M=8 on the H200,
+    2026-12-05 16:22: 50.0 us compiled against 23.6 eager). A TilingError for a tile that
+    cannot tile this shape."""
+    cfg = config_of(name, m, qw.k, qw.n, qw.group_size, dtype_name(dtype), params_key(params))
+    if not cfg.packing:
+        return {}
+    w = weights_for(name, qw, None, cfg.packing)[0]
+    _evaluated(w)
+    return {(name, *cfg.packing): w}
 
 
 def _evaluated(*arrays: mx.array) -> bool:

@@ -133,10 +133,11 @@ MAX_DYNAMIC_SMEM = 226 * 1024
 
 def packs_weights(params: Mapping) -> bool:
     """Whether a tile of ``params`` reads w in its own layout (``bulk`` 2 and 3: one contiguous
-    copy a stage), a second copy made once per weights object. Where the weights are inputs of
-    a caller's ``mx.compile`` there is no object to keep it with: the copy is made in the graph
-    on every call (gate/up bf16 M=8 on the H200, 2026-12-05 16:22: 50.0 us compiled against
-    23.6 eager), so a choice of such a tile must see its compiled time."""
+    copy a stage), a second copy of w made once per weights (``QWeights.layouts``; a layer
+    makes it at load, ``kernels.dispatch.at_load``). A caller's ``mx.compile`` with the
+    weights as inputs must pass it too, or the copy is made in the graph on every call
+    (gate/up bf16 M=8 on the H200, 2026-12-05 16:22, before the bench passed it: 50.0 us
+    compiled against 23.6 eager), so a choice of such a tile must see its compiled time."""
     return int(params.get("bulk", 0)) >= 2
 
 

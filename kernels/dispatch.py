@@ -31,7 +31,7 @@ from kernels.recorder import (
     Selection,
     report,
 )
-from kernels.selection import Choice, select
+from kernels.selection import Choice, select, tuned_keys
 from kernels.variants import VARIANTS, stock
 
 _DTYPE_NAMES = {mx.bfloat16: "bfloat16", mx.float16: "float16", mx.float32: "float32"}
@@ -101,6 +101,28 @@ def run_variant(name: str, x: mx.array, qw: QWeights, params: dict,
                 device: DeviceIdentity) -> mx.array:
     """Run one variant as ``device`` would; ``x`` is (M, K)."""
     return _RUNNERS[implementation(name, device)](VARIANTS[name], x, qw, params, device)
+
+
+def at_load(qw: QWeights, device: DeviceIdentity, *, columns_of: int | None = None) -> QWeights:
+    """``qw`` with every layout of w that the table's tuned CUDA entries for this device and
+    shape read made now (``kernels.cuda.layouts_for``), where the layer is loaded, rather than
+    on a first call or, inside a caller's ``mx.compile`` with the weights as inputs, on every
+    call. Other devices read w as MLX stores it: ``qw`` as given. A tile that cannot tile the
+    shape is left to its call, which says so."""
+    from kernels import tiling
+
+    if device.backend != "cuda":  # nothing but CUDA tiles pack w
+        return qw
+    from kernels import cuda
+
+    for dt, m, choice in tuned_keys(device, qw.k, columns_of or qw.n, qw.bits, qw.group_size):
+        if implementation(choice.variant, device) != IMPL_CUDA:
+            continue
+        try:
+            cuda.layouts_for(choice.variant, qw, m, getattr(mx, dt), choice.params)
+        except tiling.TilingError:
+            continue
+    return qw
 
 
 def choose(x: mx.array, qw: QWeights, device: DeviceIdentity, *, disabled: bool = False,

@@ -21,6 +21,11 @@ class QWeights:
     # caller's mx.compile with the weights as inputs) take mma_weights_a's ``denorm``, whose
     # limit is a scale magnitude. Evaluated weights are measured by the launch anyway.
     scales_max_abs: float | None = None
+    # (variant, *packing) -> w in that variant's own layout (``kernels.cuda.layouts_for``),
+    # made where the weights are loaded and kept beside w, as the scales are kept in the
+    # activation dtype: a caller who compiles with the weights as inputs passes these too, so
+    # the copy is an input of its graph instead of an op traced into it and run on every call.
+    layouts: dict = field(default_factory=dict, repr=False, compare=False)
     # dtype -> these weights with scales and biases in that dtype, made once (``in_dtype``);
     # other keys: arrays derived from them (``derived``)
     _as: dict = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -53,7 +58,7 @@ class QWeights:
             return self
         return self.derived(dtype, lambda: QWeights(self.wq, self.scales.astype(dtype),
                                                     self.biases.astype(dtype), self.group_size,
-                                                    self.bits))
+                                                    self.bits, layouts=self.layouts))
 
     def derived(self, key, make):
         """``make()``'s array, made the first time ``key`` is asked for and kept with these
@@ -66,4 +71,4 @@ class QWeights:
     def columns(self, start: int, stop: int) -> QWeights:
         """Output columns [start, stop): full K, so each column's reduction is untouched."""
         return QWeights(self.wq[start:stop], self.scales[start:stop], self.biases[start:stop],
-                        self.group_size, self.bits, self.scales_max_abs)
+                        self.group_size, self.bits, self.scales_max_abs)  # layouts: made anew

@@ -159,3 +159,16 @@ def select(device: DeviceIdentity, dtype: str, m: int, k: int, n: int, bits: int
     t = table or load_table()
     return t.lookup(device_key(device), dtype, m, k, n, bits, group_size)
 
+
+
+def tuned_keys(device: DeviceIdentity, k: int, n: int, bits: int = 4, group_size: int = 64,
+               *, table: Table | None = None) -> list[tuple[str, int, Choice]]:
+    """(dtype, M, choice) of every tuned entry for this device and shape: what a layer loaded
+    for this device may launch, so that what a launch needs of its weights (a layout of w) can
+    be made where they are loaded."""
+    t = table or load_table()
+    key = device_key(device)
+    return sorted(((dt, m, t.lookup(key, dt, m, k, n, bits, group_size))
+                   for (dev, dt, m, kk, nn, b, gs), (variant, _) in t.index.items()
+                   if (dev, kk, nn, b, gs) == (key, k, n, bits, group_size)
+                   and variant != "stock"), key=lambda e: (e[0], e[1]))

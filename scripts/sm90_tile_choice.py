@@ -18,7 +18,8 @@ VARIANT_KEY = "variant"
 UNNAMED = "mma_weights_a"  # the variant of a label or row without VARIANT_KEY
 # Issue 14: eager within 10% of compiled. A tile that packs w (kernels.cuda_config.packs_weights)
 # is chosen only where the sweep timed it compiled, weights as the compiled function's inputs,
-# within this factor of its eager time: its pack is otherwise made in the graph on every call.
+# within this factor of its eager time: a compiled call that lacks the layout made at load
+# (QWeights.layouts, which the sweep passes since 2026-12-05 18:45) packs w on every call.
 COMPILED_OVER_EAGER = 1.10
 
 
@@ -115,9 +116,10 @@ def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict,
                    if t in times[key] and t not in good]
         if refused:
             record.setdefault("refused_packed", {})[label] = {
-                "reason": f"packs w: compiled with the weights as inputs it packs them on "
-                          f"every call; chosen only where the sweep's compiled time is within "
-                          f"{COMPILED_OVER_EAGER:.2f}x its eager (null: not timed compiled)",
+                "reason": f"packs w: compiled with the weights as inputs it must read the "
+                          f"layout made at load, not pack w on every call; chosen only where "
+                          f"the sweep's compiled time is within {COMPILED_OVER_EAGER:.2f}x its "
+                          f"eager (null: not timed compiled)",
                 "tiles": refused}
         if not set(tiles) - {shipped}:  # nothing checked to choose from: left as it is
             entries.append(e)
