@@ -47,6 +47,7 @@ def render(res: dict) -> str:
                 f"{ch.get('ulps_vs_portable', float('nan')):.3f} | "
                 f"{ch.get('ulps_vs_f64', float('nan')):.3f} "
                 f"({ch.get('stock_ulps_vs_f64', float('nan')):.3f}) |")
+    lines += _each_lines(res)
     point_ms = sorted({e.get("point_m", 8) for e in res["shapes"].values()})
     lines += ["", f"Every point at M={'/'.join(map(str, point_ms))} (cold, eager):", "",
               (f"| shape | dtype | M | {' | '.join(COLUMNS)} | µs | % of ceiling | "
@@ -62,3 +63,26 @@ def render(res: dict) -> str:
                 f"{r.get('exact_vs_register', '-')} | {cell(r.get('rel_vs_stock'), '{:.1e}')} "
                 f"| {note} |")
     return "\n".join(lines) + "\n"
+
+
+def _each_lines(res: dict) -> list[str]:
+    """With ``--time-each``: every final candidate eager, compiled (the layouts made at load
+    as inputs) and alone in a chain, the best first, so that tiles are compared the ways a
+    user runs them, not only by the batched eager time that ranked them."""
+    rows = [(key, e, r, c) for key, e in res["shapes"].items() for r in e["final"]
+            for c in r.get("candidates", [])]
+    if not any("compiled_us" in c for *_, c in rows):
+        return []
+    out = ["", "Every final candidate (`--time-each`), µs:", "",
+           (f"| shape | dtype | M | tile ({', '.join(COLUMNS)}) | eager | compiled | "
+            "compiled/eager | alone |"), "|---|---|---|---|---|---|---|---|"]
+    for key, e, r, c in rows:
+        best = r.get("params") == {k: v for k, v in c.items()
+                                   if k not in ("us", "compiled_us", "alone_us")}
+        compiled = r.get("custom_compiled_us") if best else c.get("compiled_us")
+        alone = r.get("alone_custom_us") if best else c.get("alone_us")
+        out.append(f"| {key.split('/')[0]} | {e['dtype']} | {r['M']} | "
+                   f"{', '.join(str(c.get(k, '-')) for k in COLUMNS)} | {cell(c['us'])} | "
+                   f"{cell(compiled)} | {cell(compiled and compiled / c['us'], '{:.2f}')} | "
+                   f"{cell(alone)} |")
+    return out

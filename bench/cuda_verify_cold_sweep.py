@@ -113,7 +113,8 @@ def check_shape(op: str, dt_name: str, point_m: int = 8, points: list | None = N
 
 def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
                 budget_s: float, final_ms: list[int], chain: bool = False,
-                point_m: int = 8, points: list | None = None) -> dict:
+                point_m: int = 8, points: list | None = None, final_top: int = 3,
+                each: bool = False) -> dict:
     """``point_m``: the M every tile is checked and timed at (the selection table has an entry
     per M, and the tile that serves M=8 best need not serve M=16 best). ``budget_s``: for the
     points, counted once the weight copies are made and stock is timed (a budget that started
@@ -168,7 +169,7 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
     ok.sort(key=lambda r: r["us"])
     entry[f"best_m{point_m}"] = ok[0] if ok else {}
     # The best tiles at every M, eager and compiled, beside stock; ulps on a column slice.
-    top = [tile_of(r) for r in ok[:3]]
+    top = [tile_of(r) for r in ok[:final_top]]
     for m in final_ms:
         x = xs[m]
         row = {"M": m, "floor_us": floor_us(m)}
@@ -186,11 +187,20 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
             continue
         cands.sort(key=lambda c: c[0])
         row["candidates"] = [{"us": u, **p} for u, p in cands]
+
+        def compiled_us(p, m=m, x=x) -> tuple[float, list]:
+            keys = cv.load_layouts(*launch_of(p), m, dt, copies)
+            custom_c = mx.compile(cv.custom_fn(*launch_of(p), magnitude, keys))
+            return cold_us(cv.compiled_call(custom_c, keys), x)["us"], [list(k) for k in keys]
+        if each:  # every candidate compiled and in a chain, not only the best
+            for c, (_, p) in zip(row["candidates"][1:], cands[1:], strict=True):
+                c["compiled_us"] = compiled_us(p)[0]
+                if chain:
+                    c["alone_us"] = alone_us(lambda x, q, p=p: launch(x, q, p), x)["us"]
         us, p = cands[0]
-        keys = cv.load_layouts(*launch_of(p), m, dt, copies)
-        custom_c = mx.compile(cv.custom_fn(*launch_of(p), magnitude, keys))
-        row.update(params=p, custom_eager_us=us, layouts_from_load=[list(k) for k in keys],
-                   custom_compiled_us=cold_us(cv.compiled_call(custom_c, keys), x)["us"],
+        compiled, keys = compiled_us(p)
+        row.update(params=p, custom_eager_us=us, layouts_from_load=keys,
+                   custom_compiled_us=compiled,
                    m8_best_params_us=(cands[[c[1] for c in cands].index(top[0])][0]
                                       if top[0] in [c[1] for c in cands] else None))
         if chain:
@@ -283,6 +293,12 @@ def main(argv=None) -> int:
                     help="also time the chosen tiles and stock in a chain of dependent launches "
                          "(alone_*: what a model's sequence of projections sees; the batched "
                          "figures let independent launches overlap)")
+    ap.add_argument("--final-top", type=int, default=3,
+                    help="how many of the fastest checked tiles are timed again at every M, "
+                         "eager, compiled and (--chain) in a chain (default 3)")
+    ap.add_argument("--time-each", action="store_true",
+                    help="time every one of those tiles compiled and (--chain) in a chain, "
+                         "not only the fastest (its candidates' compiled_us, alone_us)")
     ap.add_argument("--point-m", type=int, default=8,
                     help="the M at which every tile is checked and timed (default 8)")
     ap.add_argument("--check-only", action="store_true",
@@ -335,7 +351,8 @@ def main(argv=None) -> int:
         share = max(5.0, left / (len(pairs) - i)) * 0.6
         res["shapes"][f"{op}/{dt}"] = sweep_shape(op, dt, ceiling, args.batch, args.reps,
                                                   share, ms, args.chain, args.point_m,
-                                                  points[op])
+                                                  points[op], args.final_top,
+                                                  args.time_each)
         (out / "cuda_verify_cold_sweep.json").write_text(json.dumps(res, indent=1))
         (out / "cuda_verify_cold_sweep.md").write_text(render(res))
         print(f"elapsed {time.perf_counter() - t0:.0f} s", flush=True)

@@ -168,6 +168,13 @@ BULK_TILES = {"gate_up": [((32, 4, 1, 0, 3), {"bulk": 3}), ((32, 4, 1, 0, 2), {"
 # the same tiles' whole at denorm 2, the set whose bit-exactness the cold sweep checks
 BULK_DENORM = {shape: [(pt, {**extra, **DENORM_2}) for pt, extra in pts]
                for shape, pts in BULK_TILES.items()}
+# The bulk tiles beside the table's own bf16 M=8 tile (gate/up's register tile at denorm 2,
+# down's group sums), timed in one run the same ways (a timed sweep with --chain and
+# --final-top 4): cold batched eager, compiled with the layout made at load, and in a chain.
+# The 16:22 bench had bulk 3 at 26.0 us in a chain against 23.7 for the table's tile (another
+# run, on a slower host), though it was faster alone under ncu (20.8 against 22.2).
+BULK_VS_TABLE = {"gate_up": BULK_DENORM["gate_up"] + [((32, 4, 2, 0, 0), DENORM_2)],
+                 "down": BULK_DENORM["down"][:1] + [((16, 8, 1, 1, 0), {**GSUMS, **LATE})]}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}
@@ -261,6 +268,7 @@ BULK_SMOKE = (((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 4, 1, 0, 4), {"bulk": 2}),
 
 # Every set by the name ``--points`` takes (the sweep and the ncu run): the next, or a run's.
 SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm": BULK_DENORM,
+        "bulk-vs-table": BULK_VS_TABLE,
         "2026-12-05-bulk": BULK_TILES_2026_12_05, "2026-12-05-bulk3": BULK3_TILES_2026_12_05,
         "2026-12-05-bulk3-xring": BULK3_XRING_TILES_2026_12_05,
         "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,

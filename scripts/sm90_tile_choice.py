@@ -37,11 +37,18 @@ def _tile_from_label(label: str) -> dict | None:
 
 def _compiled_over_eager(shape_sweep: dict, m: int, full, t: tuple) -> float | None:
     """A shape's cold sweep's compiled time over eager for tile ``t`` at M (its ``final``: the
-    best tiles timed both ways), None where the sweep did not time it compiled."""
+    best tile timed both ways, and with ``--time-each`` every candidate), None where the sweep
+    did not time it compiled."""
     for f in shape_sweep.get("final", []):
-        if (int(f.get("M", 8)) == m and f.get("custom_compiled_us") and f.get("custom_eager_us")
+        if int(f.get("M", 8)) != m:
+            continue
+        if (f.get("custom_compiled_us") and f.get("custom_eager_us")
                 and full(f.get("params") or {}) == t):
             return f["custom_compiled_us"] / f["custom_eager_us"]
+        for c in f.get("candidates", []):
+            tile = {k: v for k, v in c.items() if k not in ("us", "compiled_us", "alone_us")}
+            if c.get("compiled_us") and c.get("us") and full(tile) == t:
+                return c["compiled_us"] / c["us"]
     return None
 
 

@@ -271,3 +271,35 @@ def test_the_bulk_tiles_legs_are_each_tile_whole_loads_alone_and_math_alone_and_
         for p in checked:
             twin = sp.register_twin(p)
             assert (twin["stages"], twin["bulk"], twin["denorm"], twin["unroll"]) == (0, 0, 0, 1)
+
+
+def test_the_bulk_against_table_set_holds_the_tables_own_bf16_m8_tile_and_renders_each():
+    """``bulk-vs-table`` times the bulk tiles beside the table's own bf16 M=8 tile in one run
+    (the 16:22 comparison was across runs and hosts); with ``--time-each`` the report has
+    every candidate's eager, compiled and chained time, the best's from its own row."""
+    from cold_sweep_report import render
+
+    from devices.identity import DeviceIdentity
+    from kernels.selection import select
+    h200 = DeviceIdentity("sm_90", None, None, "NVIDIA H200", "cuda", mx.__version__, False)
+    for shape, pts in sp.SETS["bulk-vs-table"].items():
+        got = [sp.as_params(pt) for pt in pts]
+        c = select(h200, "bfloat16", 8, *cv.SHAPES[shape])
+        own = {**dict(c.params), **({sp.VARIANT: c.variant} if c.variant != sp.NAME else {})}
+        assert any(all(p.get(k) == v for k, v in own.items()) for p in got), (shape, own)
+        assert sum(p.get("bulk") == 3 for p in got) == len(got) - 1
+    best = {**sp.as_params(((32, 4, 2, 0, 0), sp.DENORM_2))}
+    bulk = {**sp.as_params(((32, 4, 1, 0, 2), {"bulk": 3, **sp.DENORM_2}))}
+    res = {"device": {"chip": "x", "arch": "sm_90", "mlx_version": "0"}, "measured_at": "now",
+           "method": {"batch": 1, "reps": 1}, "read_ceiling_Bps": 4e12, "shapes": {
+               "gate_up/bfloat16": {"dtype": "bfloat16", "points": [], "final": [{
+                   "M": 8, "floor_us": 12.0, "stock_us": 40.0, "params": best,
+                   "custom_eager_us": 22.0, "custom_compiled_us": 22.5, "alone_custom_us": 24.0,
+                   "stock_pct_ceiling": 0.3, "pct_ceiling_eager": 0.5,
+                   "pct_ceiling_compiled": 0.5, "compiled_speedup_vs_stock": 1.8,
+                   "candidates": [{"us": 22.0, **best},
+                                  {"us": 23.0, "compiled_us": 25.3, "alone_us": 26.0,
+                                   **bulk}]}]}}}
+    rows = [ln for ln in render(res).splitlines() if ln.startswith("| gate_up")][1:3]
+    assert rows[0].endswith("| 22.0 | 22.5 | 1.02 | 24.0 |")
+    assert rows[1].endswith("| 23.0 | 25.3 | 1.10 | 26.0 |") and ", 3, -, 2," in rows[1]

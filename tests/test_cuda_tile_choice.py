@@ -307,6 +307,34 @@ def test_a_packed_tile_is_not_chosen_without_its_compiled_time_near_eager(final,
     assert r["compiled_over_eager"] == (ratio and pytest.approx(ratio))
 
 
+@pytest.mark.parametrize("compiled, chosen", [(24.0, True), (30.0, False), (None, False)])
+def test_a_packed_candidate_is_judged_by_its_own_compiled_time(compiled, chosen):
+    """With ``--time-each`` the sweep times every final candidate compiled, not only its best:
+    a packing tile that was not the sweep's best is judged by its own candidate's compiled
+    time over its eager (24.0 / 23.0 chosen, 30.0 / 23.0 refused, untimed refused)."""
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    own = _gate_up_bf16(table, 8)
+    pt = {**sp.as_params(sr.BULK3_TILES_2026_12_05["gate_up"][0]), **sp.DENORM_2}
+    other = {**sp.as_params((32, 4, 2, 0, 0)), **sp.DENORM_2}
+    cand = {"us": 23.0, **pt} if compiled is None else {"us": 23.0, "compiled_us": compiled, **pt}
+    final = {"M": 8, "params": other, "custom_eager_us": 22.0, "custom_compiled_us": 22.5,
+             "candidates": [{"us": 22.0, "compiled_us": 99.0, **other}, cand]}
+    cold = {"shapes": {"gate_up/bfloat16": {"points": [{**pt, "ok": True}], "final": [final]}}}
+    launches = [{"label": "gate_up bfloat16 M=8 stock", "name": "qmm_sm80", "us": 88.0}]
+    launches += [{"label": f"gate_up bfloat16 M=8 custom {own['params']}",
+                  "name": _kernel(own["variant"]), "us": us} for us in (22.2, 22.5)]
+    launches += [{"label": f"gate_up bfloat16 M=8 tile {pt}", "name": _kernel(sp.NAME),
+                  "us": us} for us in (18.0, 18.4)]
+    new, rec = choice.choose_tiles(table, launches, cold, SWEPT, "synthetic")
+    got = rec["choices"]["gate_up/bfloat16/8"]
+    if chosen:
+        assert got["chosen"]["bulk"] == 3 and "refused_packed" not in rec
+    else:
+        (r,) = rec["refused_packed"]["gate_up/bfloat16/8"]["tiles"]
+        assert r["compiled_over_eager"] == (compiled and pytest.approx(compiled / 23.0))
+        assert new["entries"] == table["entries"]
+
+
 def test_the_16_16_choice_on_its_own_records_keeps_the_entry(tmp_path):
     """The 16:16 UTC inputs as committed (the bulk tiles alone under ncu, their --check-only
     sweep): the CLI refuses both bulk = 3 tiles, prints why, and writes the table unchanged."""
