@@ -64,7 +64,7 @@ from cuda_timing import (
     read_ceiling,
     wall_us,
 )
-from cuda_verify_report import render
+from cuda_verify_report import render, screen_chains
 from cuda_verify_tiles import SHAPES, table_candidates, tile_for
 
 from devices.identity import current_device
@@ -241,7 +241,7 @@ def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float
                           for k, v in row.items()
                           if not any(w in k for w in ("spread", "batches", "reps_us"))}),
               flush=True)
-        rows.append(row)
+        rows.append(screen_chains(row))  # a chain under the floor is no time: kept apart
     del copies, one
     mx.clear_cache()
     return rows

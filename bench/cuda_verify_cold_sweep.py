@@ -140,7 +140,13 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
         return cv.device_us(lambda i: fn(x, copies[i % len(copies)]), batch, reps)
 
     def alone_us(fn, x) -> dict:
-        return cv.chain_us(lambda xi, i: fn(xi, copies[i % len(copies)]), x, batch, reps)
+        """In a chain; a time under the floor is a failed subtraction of the links, not a
+        time (cv.chain_fields): it raises, so the row records the error and no time."""
+        c = cv.chain_us(lambda xi, i: fn(xi, copies[i % len(copies)]), x, batch, reps)
+        if c["us"] < floor_us(x.shape[0]):
+            raise RuntimeError(f"chain under the floor: {c['us']:.1f} us (chain "
+                               f"{c['chain_us']:.1f} - links {c['link_us']:.1f})")
+        return c
 
     x_pt = xs[point_m]
     ys = cv.stock(x_pt, one.wq, one.scales, one.biases)
@@ -194,9 +200,12 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
             return cold_us(cv.compiled_call(custom_c, keys), x)["us"], [list(k) for k in keys]
         if each:  # every candidate compiled and in a chain, not only the best
             for c, (_, p) in zip(row["candidates"][1:], cands[1:], strict=True):
-                c["compiled_us"] = compiled_us(p)[0]
+                t = c["timed"] = {"compiled_us": compiled_us(p)[0]}
                 if chain:
-                    c["alone_us"] = alone_us(lambda x, q, p=p: launch(x, q, p), x)["us"]
+                    try:
+                        t["alone_us"] = alone_us(lambda x, q, p=p: launch(x, q, p), x)["us"]
+                    except RuntimeError as e:
+                        t["alone_error"] = str(e)[:300]
         us, p = cands[0]
         compiled, keys = compiled_us(p)
         row.update(params=p, custom_eager_us=us, layouts_from_load=keys,
@@ -298,7 +307,7 @@ def main(argv=None) -> int:
                          "eager, compiled and (--chain) in a chain (default 3)")
     ap.add_argument("--time-each", action="store_true",
                     help="time every one of those tiles compiled and (--chain) in a chain, "
-                         "not only the fastest (its candidates' compiled_us, alone_us)")
+                         "not only the fastest (each candidate's 'timed')")
     ap.add_argument("--point-m", type=int, default=8,
                     help="the M at which every tile is checked and timed (default 8)")
     ap.add_argument("--check-only", action="store_true",

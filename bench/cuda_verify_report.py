@@ -144,7 +144,39 @@ def targets_lines(res: dict) -> list[str]:
     return out
 
 
+CHAIN_PATHS = ("stock_eager", "custom_eager", "custom_compiled")
+
+
+def screen_chains(row: dict) -> dict:
+    """``row`` with each chain time under its floor (faster than the read ceiling allows) moved
+    to ``chain_<path>_below_floor``: not a time but a failed subtraction of the links' own
+    chain (an H100 run of 2026-12-05 18:39 had 3.8 us for a kernel whose floor was 18.1, its
+    links timed at 35.9 us each), so no table or ratio shows it."""
+    out = dict(row)
+    for p in CHAIN_PATHS:
+        v = out.get(f"chain_{p}_us")
+        if v is not None and v < out["floor_us"]:
+            out[f"chain_{p}_below_floor"] = {"us": v, "link_us": out.get(f"chain_{p}_link_us")}
+            for k in ("us", "link_us", "pct_ceiling", "speedup_vs_stock"):
+                out.pop(f"chain_{p}_{k}", None)
+    return out
+
+
+def below_floor_lines(res: dict) -> list[str]:
+    """The chain times screened out (``screen_chains``), each named with its figures."""
+    gone = [(r, p, r[f"chain_{p}_below_floor"]) for r in res["rows"] for p in CHAIN_PATHS
+            if f"chain_{p}_below_floor" in r]
+    if not gone:
+        return []
+    return ["", "Chain times under the floor, left out of every table (the links' own chain, "
+            "timed to be taken off, was slower than the chain it came off): " + "; ".join(
+                f"{r['shape']} {r['dtype']} M={r['M']} {p} {b['us']:.1f} µs against a floor "
+                f"of {r['floor_us']:.1f} (links {cell(b.get('link_us'))} µs)"
+                for r, p, b in gone) + "."]
+
+
 def render(res: dict) -> str:
+    res = {**res, "rows": [screen_chains(r) for r in res["rows"]]}
     c = res["ceiling"]
     dev = res["device"]
     prof = res.get("profilers", {})
@@ -189,6 +221,7 @@ def render(res: dict) -> str:
                 f"{cell(g('custom_compiled', '_speedup_vs_stock'), '{:.2f}x')} | "
                 f"{cell(g('custom_eager_over_compiled', ''), '{:.2f}')} |")
     lines += ncu_chain_lines(res)
+    lines += below_floor_lines(res)
     lines += goal_lines(res)
     lines += targets_lines(res)
     lines += ["", ("Wall per launch as a caller sees it, cold weights (µs): the batch's graph "

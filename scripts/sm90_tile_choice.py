@@ -45,10 +45,13 @@ def _compiled_over_eager(shape_sweep: dict, m: int, full, t: tuple) -> float | N
         if (f.get("custom_compiled_us") and f.get("custom_eager_us")
                 and full(f.get("params") or {}) == t):
             return f["custom_compiled_us"] / f["custom_eager_us"]
-        for c in f.get("candidates", []):
-            tile = {k: v for k, v in c.items() if k not in ("us", "compiled_us", "alone_us")}
-            if c.get("compiled_us") and c.get("us") and full(tile) == t:
-                return c["compiled_us"] / c["us"]
+        for c in f.get("candidates", []):  # {"us": eager, "timed": {...}, **its tile}
+            # (the H100 sweeps of 2026-12-05 18:27-18:30 put compiled_us beside the tile)
+            compiled = c.get("timed", {}).get("compiled_us", c.get("compiled_us"))
+            tile = {k: v for k, v in c.items()
+                    if k not in ("us", "timed", "compiled_us", "alone_us")}
+            if compiled and c.get("us") and full(tile) == t:
+                return compiled / c["us"]
     return None
 
 

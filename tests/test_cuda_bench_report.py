@@ -44,6 +44,55 @@ def test_the_committed_bench_json_renders_its_committed_markdown():
     assert len(rows) == 18 and all(float(r[col]) > 0 for r in rows)
 
 
+LAYOUTS = ROOT / "bench" / "results" / "h100" / "layouts_1826"
+
+
+def test_a_chain_time_under_the_floor_is_left_out_and_named():
+    """The H100 run of 2026-12-05 18:39 (the committed table, beside the chosen one) timed
+    gate/up bf16 M=16's eager chain at 3.8 us against an 18.1 us floor: its links' own chain,
+    timed to be taken off, took 35.9 us a link. The report leaves it (and M=1's compiled 17.2
+    against 17.9) out of every table, ratio and count, and names both; both H100 runs' JSONs
+    give their committed markdown back line for line."""
+    from cuda_verify_report import render, screen_chains
+    for run in ("bench_committed_1839", "bench_chosen_1832"):
+        data = json.loads((LAYOUTS / run / "cuda_verify.json").read_text())
+        assert render(data).splitlines() == (LAYOUTS / run / "cuda_verify.md").read_text(
+        ).splitlines(), run
+    data = json.loads((LAYOUTS / "bench_committed_1839" / "cuda_verify.json").read_text())
+    text = render(data)
+    m16 = next(r for r in data["rows"] if (r["shape"], r["dtype"], r["M"]) == (
+        "gate_up", "bfloat16", 16))
+    assert m16["chain_custom_eager_us"] < 4 and m16["floor_us"] > 18  # the record as it came
+    screened = screen_chains(m16)
+    assert "chain_custom_eager_us" not in screened
+    assert "chain_custom_eager_speedup_vs_stock" not in screened
+    assert screened["chain_custom_eager_below_floor"]["link_us"] > 35
+    assert screened["chain_custom_compiled_us"] == m16["chain_custom_compiled_us"]  # over it
+    assert "478%" not in text and "3.8 µs against a floor of 18.1 (links 35.9 µs)" in text
+    assert "M=1 custom_compiled 17.2 µs against a floor of 17.9" in text
+    row = next(ln for ln in text.splitlines()
+               if ln.startswith("| gate_up | bfloat16 | 16 | 18.1 |"))
+    assert "| 89.7 | - | 33.3 | - | - | - |" in row  # chain stock, eager gone, compiled kept
+    # a row whose chains are all over their floors is left as it is
+    ok = next(r for r in data["rows"] if (r["shape"], r["dtype"], r["M"]) == (
+        "gate_up", "float16", 8))
+    assert screen_chains(ok) == ok
+
+
+def test_a_chain_is_the_median_of_each_chain_less_the_links_timed_right_after_it():
+    """Each chain of launches is paired with the chain of links timed right after it, and the
+    time is the median of the pairs' differences (a stall in the links alone is paired with its
+    own chain), here on MLX's CPU backend with a small matmul as the launch."""
+    import statistics
+
+    from cuda_timing import chain_us
+    w = mx.random.normal((64, 64))
+    c = chain_us(lambda xi, i: xi @ w, mx.random.normal((8, 64)), batch=8, reps=5)
+    pairs = [a - b for a, b in zip(c["chain_batches_us"], c["link_batches_us"], strict=True)]
+    assert len(pairs) == 5 and c["us"] == statistics.median(pairs)
+    assert c["chain_us"] == statistics.median(c["chain_batches_us"])
+
+
 def test_a_denorm_row_that_ran_plain_says_so():
     """A table tile with ``denorm`` on weights whose scales are over its limit runs the plain
     path (the launch's fallback); the bench's row says so beside the tile, so its times are
