@@ -64,6 +64,7 @@ from cuda_timing import (
     read_ceiling,
     wall_us,
 )
+from cuda_verify_candidates import measure_candidate
 from cuda_verify_report import render, screen_chains
 from cuda_verify_tiles import SHAPES, table_candidates, tile_for
 
@@ -71,7 +72,6 @@ from devices.identity import current_device
 from kernels import cuda
 from kernels.bench.host_cost import host_paired_us
 from kernels.qweights import QWeights
-from kernels.variants import stock as stock_variant
 
 ROOT = Path(__file__).resolve().parents[1]
 # Timed beside them in the main rows (not tiled by the sweeps): the LM head, 636 MB of 4-bit
@@ -245,52 +245,6 @@ def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float
     del copies, one
     mx.clear_cache()
     return rows
-
-
-def measure_candidate(c: dict, ceiling: float, batch: int, reps: int) -> dict:
-    """Cold only: stock as the runtime runs it (``stock.native``) against the candidate through
-    ``cuda.launch``, device time and wall per launch, each with its per-batch figures. Float32
-    activations (the W4A32 draft path) read weights whose scales are in bfloat16, the model's
-    dtype, as at run time."""
-    row = dict(c)
-    if c["group_size"] != GS or c["bits"] != BITS:
-        row["error"] = f"bench quantizes gs {GS}, {BITS}-bit only"
-        return row
-    dt = DTYPES.get(c["dtype"], mx.float32)
-    wdt = dt if c["dtype"] in DTYPES else mx.bfloat16
-    k, n, m = c["K"], c["N"], c["M"]
-    one = make_copies(k, n, wdt, 1)[0]
-    count = max(3, math.ceil(COLD_TARGET_BYTES / qbytes(one)))
-    copies = [one] + make_copies(k, n, wdt, count - 1, seed=1000)
-    x = (mx.random.normal((m, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)
-    mx.eval(x)
-    moved = qbytes(one) + x.nbytes + m * n * x.itemsize
-    row.update({"bytes": moved, "floor_us": moved / ceiling * 1e6, "cold_copies": count})
-    paths = {"stock_eager": lambda x, q: stock_variant.native(x, q, {}),
-             "custom_eager": lambda x, q, c=c, p=MappingProxyType(dict(c["params"])):
-             cuda.launch(c["variant"], x, q, p)}
-    try:
-        ys, yc = paths["stock_eager"](x, one), paths["custom_eager"](x, one)
-        ys, yc = ys.astype(mx.float32), yc.astype(mx.float32)
-        row["custom_vs_stock_rel_max"] = (mx.abs(ys - yc).max() / mx.abs(ys).max()).item()
-    except (ValueError, RuntimeError) as e:
-        row["error"] = str(e)[:300]
-        return row
-    for path, fn in paths.items():
-        def make(i, fn=fn, ws=copies):
-            return fn(x, ws[i % len(ws)])
-        t, w = device_us(make, batch, reps), wall_us(make, batch, reps)
-        row[f"cold_{path}_us"] = t["us"]
-        row[f"cold_{path}_batches_us"] = t["batches_us"]
-        row[f"cold_{path}_wall_us"] = w["us"]
-        row[f"cold_{path}_wall_batches_us"] = w["batches_us"]
-    row["cold_wall_speedup_vs_stock"] = row["cold_stock_eager_wall_us"] / row[
-        "cold_custom_eager_wall_us"]
-    print(json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()
-                      if "batches" not in k}), flush=True)
-    del copies, one
-    mx.clear_cache()
-    return row
 
 
 def main(argv=None) -> int:
