@@ -20,7 +20,7 @@ import os
 import mlx.core as mx
 
 from devices.identity import DeviceIdentity
-from kernels import metal
+from kernels import metal, tiling
 from kernels.qweights import QWeights
 from kernels.recorder import (
     IMPL_CUDA,
@@ -109,8 +109,6 @@ def at_load(qw: QWeights, device: DeviceIdentity, *, columns_of: int | None = No
     on a first call or, inside a caller's ``mx.compile`` with the weights as inputs, on every
     call. Other devices read w as MLX stores it: ``qw`` as given. A tile that cannot tile the
     shape is left to its call, which says so."""
-    from kernels import tiling
-
     if device.backend != "cuda":  # nothing but CUDA tiles pack w
         return qw
     from kernels import cuda

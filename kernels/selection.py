@@ -160,7 +160,6 @@ def select(device: DeviceIdentity, dtype: str, m: int, k: int, n: int, bits: int
     return t.lookup(device_key(device), dtype, m, k, n, bits, group_size)
 
 
-
 def tuned_keys(device: DeviceIdentity, k: int, n: int, bits: int = 4, group_size: int = 64,
                *, table: Table | None = None) -> list[tuple[str, int, Choice]]:
     """(dtype, M, choice) of every tuned entry for this device and shape: what a layer loaded
