@@ -200,7 +200,8 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
             return cold_us(cv.compiled_call(custom_c, keys), x)["us"], [list(k) for k in keys]
         if each:  # every candidate compiled and in a chain, not only the best
             for c, (_, p) in zip(row["candidates"][1:], cands[1:], strict=True):
-                t = c["timed"] = {"compiled_us": compiled_us(p)[0]}
+                compiled, keys = compiled_us(p)
+                t = c["timed"] = {"compiled_us": compiled, "layouts_from_load": keys}
                 if chain:
                     try:
                         t["alone_us"] = alone_us(lambda x, q, p=p: launch(x, q, p), x)["us"]

@@ -13,7 +13,8 @@ launches the ncu run lists, with made-up times that favour one variant, so that 
 must carry that variant into the table. bf16/fp16 stock runs in float32 too: the CPU's own
 half-precision QMM accumulates in low precision (../shared/FACTS.md) and would fail every
 point's closeness to stock. The packed bulk points are left out (``--no-bulk``, as h200.sh
-does after a failed bulk smoke test): the stand-in reads w as MLX lays it out, not packed.
+does after a failed bulk smoke test); ``rehearse_timed`` runs them, the stand-in reading their
+packed w back, in the timed sweep the plan runs on them.
 
 ``--emulate`` checks every point on its own kernel body instead (kernels/cuda_emu), at the real
 K: the check the device's check-only sweep makes, less the tensor core (a minute).
@@ -62,11 +63,53 @@ def _standin(name, input_names, output_names, source, header="", **_):
     def kernel(*, inputs, template, grid, threadgroup, output_shapes, output_dtypes):
         if _NAME_LAUNCHES:
             print(f"STANDIN custom_kernel_{name}_standin")
+        t = dict(template)
         x, w, s, b = (a.astype(mx.float32) if a.dtype != mx.uint32 else a for a in inputs)
-        y = mx.quantized_matmul(x, w, s, b, transpose=True, group_size=dict(template)["GS"],
-                                bits=4)
+        if t.get("PACKED"):  # w in the bulk tiles' layout (pack_weights): read it back as MLX's
+            w = _unpacked(w, t["COL_TILES"] * 16, t["K_GROUPS"], t["UNROLL"])
+        y = mx.quantized_matmul(x, w, s, b, transpose=True, group_size=t["GS"], bits=4)
         return [y.astype(output_dtypes[0])]
     return kernel
+
+
+def _unpacked(w: mx.array, n_tile: int, k_groups: int, unroll: int) -> mx.array:
+    """``mma_weights_a.pack_weights`` undone: [block][stage][K group][row][words] back to rows."""
+    n, words = w.shape
+    steps = words // 16 // k_groups // unroll
+    return w.reshape(n // n_tile, steps, k_groups, n_tile, unroll * 16).transpose(
+        0, 3, 2, 1, 4).reshape(n, words)
+
+
+def rehearse_timed(out: Path, points: str = "bulk-vs-table") -> dict:
+    """The timed sweep the plan runs on a packing set (``--chain --final-top 4 --time-each``),
+    with the stand-in, which reads packed w back (so a bulk point is bit-exact against its
+    register twin as on the device), and a made-up read ceiling (the real one sums 4 GiB): what
+    it checks is plumbing only, every final candidate timed compiled with the layouts made at
+    load, not a time."""
+    import cuda_verify as cv
+    import cuda_verify_cold_sweep as cs
+
+    from kernels import cuda
+
+    saved = (mx.fast.cuda_kernel, cv.stock, dict(cv.SHAPES), cv.read_ceiling,
+             cv.COLD_TARGET_BYTES)
+    mx.fast.cuda_kernel, cv.stock = _standin, _stock_f32
+    cv.read_ceiling = lambda gib, reps: {"sum_read_only": {"Bps": 4e12}}
+    cv.COLD_TARGET_BYTES = 20e6  # 3 copies of each shape's few columns
+    cv.SHAPES.update({op: (cv.SHAPES[op][0], n) for op, n in COLUMNS.items()})
+    cuda.clear_caches()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            rc = cs.main(["--out", str(out), "--points", points, "--ms", "8", "--dtypes",
+                          "bfloat16", "--chain", "--final-top", "4", "--time-each",
+                          "--no-ring", "--batch", "3", "--reps", "1", "--budget-s", "60"])
+        return {"rc": rc, **json.loads((out / "cuda_verify_cold_sweep.json").read_text())}
+    finally:
+        (mx.fast.cuda_kernel, cv.stock, shapes, cv.read_ceiling,
+         cv.COLD_TARGET_BYTES) = saved
+        cv.SHAPES.clear()
+        cv.SHAPES.update(shapes)
+        cuda.clear_caches()
 
 
 def _stock_f32(x, wq, s, b):

@@ -36,3 +36,27 @@ def test_the_plan_checks_every_point_and_carries_the_fastest_variant_into_the_ta
                                             {"down/float16": twos, "gate_up/float16": twos})
     assert set(report["launched"].values()) == {rehearsal.FAVOURED_AS[points]}
     assert (tmp_path / "chosen_table.json").exists() and (tmp_path / "ncu_cold.csv").exists()
+
+
+def test_the_timed_bulk_sweep_times_each_candidate_compiled_with_the_layout_made_at_load(
+        tmp_path):
+    """The plan's timed sweep of ``bulk-vs-table`` (``--chain --final-top 4 --time-each``):
+    every point bit-exact against its register twin (the stand-in reads packed w back), and
+    every final candidate timed compiled and in a chain, the bulk ones with w's layout made at
+    load as an input; the table's own tile (none to make) as well."""
+    res = rehearsal.rehearse_timed(tmp_path)
+    assert res["rc"] == 0
+    for key, e in res["shapes"].items():
+        assert all(p.get("ok") and p["exact_vs_register"] for p in e["points"]), key
+        (final,) = e["final"]
+        cands = final["candidates"]
+        assert len(cands) == len(e["points"]), key
+        assert "custom_compiled_us" in final and "alone_custom_us" in final
+        def layout(p):  # what a tile's compiled call must be given: w packed for bulk
+            return [["mma_weights_a", p["n_tile"], p["k_groups"], p["unroll"]]] if p.get(
+                "bulk") else []
+        for c in cands[1:]:
+            assert set(c["timed"]) == {"compiled_us", "alone_us", "layouts_from_load"}, c
+            assert c["timed"]["layouts_from_load"] == layout(c), (key, c)
+        assert final["layouts_from_load"] == layout(final["params"]), key
+        assert sum(bool(layout(c)) for c in cands) == len(cands) - 1  # all but the table's
