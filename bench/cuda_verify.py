@@ -9,7 +9,9 @@ In one run, on a real NVIDIA GPU with MLX's CUDA backend:
    ceiling, an elementwise ``a + 1`` over the same array (read + write, "copy").
 2. For every shape (gate_up 5120 x 17408, down 17408 x 5120), bf16 and fp16, M in {1, 8, 16}:
    stock ``mx.quantized_matmul`` (eager and under ``mx.compile``) against the custom CUDA
-   verify kernel (``kernels.cuda.launch``, eager and under ``mx.compile``), with
+   verify kernel (``kernels.cuda.launch``, eager and under ``mx.compile`` with the weights as
+   the compiled function's inputs: w, scales, biases and, for a tile that reads w in a layout
+   of its own, that layout, made at load as a layer makes it: ``load_layouts``), with
    - COLD weights: a list of distinct quantized copies whose total exceeds 2x L2 (>= 240 MB),
      rotated per launch, so a copy is evicted before it is used again;
    - HOT weights: one copy reused launch after launch (L2-resident: 50 MB < 60 MB).
@@ -22,7 +24,9 @@ In one run, on a real NVIDIA GPU with MLX's CUDA backend:
 4. The profilers present on the machine (nsys, ncu) and the GPU clocks, recorded.
 5. The time of ONE launch, which the batched device time is not (MLX's CUDA graphs let the
    batch's independent launches overlap): a chain of dependent launches per row, cold (stock
-   and custom, eager and compiled: ``chain_us``), and with ``--ncu`` the profiler's kernel time
+   and custom, eager and compiled: ``chain_us``; a chain time under the floor is a failed
+   subtraction of its links, kept apart and named, never shown as a time), and with ``--ncu``
+   the profiler's kernel time
    of every row's stock and custom launch, each alone with caches flushed (ncu runs
    bench/cuda_verify_ncu.py --rows in a child process; its achieved DRAM throughput,
    occupancy, registers and warp-stall findings go into the row too), beside a bare read of
