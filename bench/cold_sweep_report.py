@@ -4,7 +4,7 @@ sweep renders again unchanged, without a GPU or a rerun."""
 from __future__ import annotations
 
 from cuda_verify_report import cell
-from sweep_points import COLUMNS
+from sweep_points import COLUMNS, candidate_timed
 
 
 def render(res: dict) -> str:
@@ -71,13 +71,13 @@ def _each_lines(res: dict) -> list[str]:
     user runs them, not only by the batched eager time that ranked them."""
     rows = [(key, e, r, c) for key, e in res["shapes"].items() for r in e["final"]
             for c in r.get("candidates", [])]
-    if not any(_timed(c) for *_, c in rows):
+    if not any(candidate_timed(c) for *_, c in rows):
         return []
     out = ["", "Every final candidate (`--time-each`), µs:", "",
            (f"| shape | dtype | M | tile ({', '.join(COLUMNS)}) | eager | compiled | "
             "compiled/eager | alone |"), "|---|---|---|---|---|---|---|---|"]
     for key, e, r, c in rows:
-        t = _timed(c) or {"compiled_us": r.get("custom_compiled_us"),
+        t = candidate_timed(c) or {"compiled_us": r.get("custom_compiled_us"),
                           "alone_us": r.get("alone_custom_us")}  # the best: its row's
         compiled, alone = t.get("compiled_us"), t.get("alone_us")
         out.append(f"| {key.split('/')[0]} | {e['dtype']} | {r['M']} | "
@@ -86,10 +86,3 @@ def _each_lines(res: dict) -> list[str]:
                    f"{cell(alone)} |")
     return out
 
-
-def _timed(candidate: dict) -> dict:
-    """A candidate's compiled and chained times: under ``timed``, or beside its tile's keys in
-    the H100 sweeps of 2026-12-05 18:27-18:30 (bench/results/h100/layouts_1826), made before
-    ``timed`` held them."""
-    return candidate.get("timed") or {k: candidate[k] for k in ("compiled_us", "alone_us")
-                                      if k in candidate}

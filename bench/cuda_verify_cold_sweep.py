@@ -141,7 +141,8 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
 
     def alone_us(fn, x) -> dict:
         """In a chain; a time under the floor is a failed subtraction of the links, not a
-        time (cv.chain_fields): it raises, so the row records the error and no time."""
+        time (as cuda_verify_report.screen_chains has it): it raises, so the row records
+        the error and no time."""
         c = cv.chain_us(lambda xi, i: fn(xi, copies[i % len(copies)]), x, batch, reps)
         if c["us"] < floor_us(x.shape[0]):
             raise RuntimeError(f"chain under the floor: {c['us']:.1f} us (chain "

@@ -204,6 +204,20 @@ def as_params(pt) -> dict:
     return {key: v for key, v in p.items() if key in taken or key == VARIANT}
 
 
+def candidate_timed(candidate: dict) -> dict:
+    """A cold sweep's final candidate ({"us": eager, "timed": {...}, **its tile}): its compiled
+    and chained times, under ``timed``, or beside its tile's keys in the H100 sweeps of
+    2026-12-05 18:27-18:30 (bench/results/h100/layouts_1826), made before ``timed`` held them."""
+    return candidate.get("timed") or {k: candidate[k] for k in ("compiled_us", "alone_us")
+                                      if k in candidate}
+
+
+def candidate_tile(candidate: dict) -> dict:
+    """A final candidate's tile: its keys less its times (both formats, ``candidate_timed``)."""
+    return {k: v for k, v in candidate.items()
+            if k not in ("us", "timed", "compiled_us", "alone_us")}
+
+
 def launch_of(params: dict) -> tuple[str, dict]:
     """(variant, its params) of a point's params, as ``cuda.launch`` takes them."""
     p = dict(params)

@@ -80,6 +80,31 @@ def _unpacked(w: mx.array, n_tile: int, k_groups: int, unroll: int) -> mx.array:
         0, 3, 2, 1, 4).reshape(n, words)
 
 
+@contextlib.contextmanager
+def _stood_in(*extra: tuple):
+    """The stand-in kernel factory and float32 stock in place, each shape cut to COLUMNS, the
+    launch caches empty; ``extra``: more (module, attribute, value) to set. All put back after."""
+    import cuda_verify as cv
+
+    from kernels import cuda
+
+    patches = [(mx.fast, "cuda_kernel", _standin), (cv, "stock", _stock_f32), *extra]
+    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
+    shapes = dict(cv.SHAPES)
+    for mod, name, value in patches:
+        setattr(mod, name, value)
+    cv.SHAPES.update({op: (cv.SHAPES[op][0], n) for op, n in COLUMNS.items()})
+    cuda.clear_caches()
+    try:
+        yield
+    finally:
+        for mod, name, value in saved:
+            setattr(mod, name, value)
+        cv.SHAPES.clear()
+        cv.SHAPES.update(shapes)
+        cuda.clear_caches()
+
+
 def rehearse_timed(out: Path, points: str = "bulk-vs-table") -> dict:
     """The timed sweep the plan runs on a packing set (``--chain --final-top 4 --time-each``),
     with the stand-in, which reads packed w back (so a bulk point is bit-exact against its
@@ -89,27 +114,13 @@ def rehearse_timed(out: Path, points: str = "bulk-vs-table") -> dict:
     import cuda_verify as cv
     import cuda_verify_cold_sweep as cs
 
-    from kernels import cuda
-
-    saved = (mx.fast.cuda_kernel, cv.stock, dict(cv.SHAPES), cv.read_ceiling,
-             cv.COLD_TARGET_BYTES)
-    mx.fast.cuda_kernel, cv.stock = _standin, _stock_f32
-    cv.read_ceiling = lambda gib, reps: {"sum_read_only": {"Bps": 4e12}}
-    cv.COLD_TARGET_BYTES = 20e6  # 3 copies of each shape's few columns
-    cv.SHAPES.update({op: (cv.SHAPES[op][0], n) for op, n in COLUMNS.items()})
-    cuda.clear_caches()
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            rc = cs.main(["--out", str(out), "--points", points, "--ms", "8", "--dtypes",
-                          "bfloat16", "--chain", "--final-top", "4", "--time-each",
-                          "--no-ring", "--batch", "3", "--reps", "1", "--budget-s", "60"])
-        return {"rc": rc, **json.loads((out / "cuda_verify_cold_sweep.json").read_text())}
-    finally:
-        (mx.fast.cuda_kernel, cv.stock, shapes, cv.read_ceiling,
-         cv.COLD_TARGET_BYTES) = saved
-        cv.SHAPES.clear()
-        cv.SHAPES.update(shapes)
-        cuda.clear_caches()
+    ceiling = (cv, "read_ceiling", lambda gib, reps: {"sum_read_only": {"Bps": 4e12}})
+    copies = (cv, "COLD_TARGET_BYTES", 20e6)  # 3 copies of each shape's few columns
+    with _stood_in(ceiling, copies), contextlib.redirect_stdout(io.StringIO()):
+        rc = cs.main(["--out", str(out), "--points", points, "--ms", "8", "--dtypes",
+                      "bfloat16", "--chain", "--final-top", "4", "--time-each",
+                      "--no-ring", "--batch", "3", "--reps", "1", "--budget-s", "60"])
+    return {"rc": rc, **json.loads((out / "cuda_verify_cold_sweep.json").read_text())}
 
 
 def _stock_f32(x, wq, s, b):
@@ -161,74 +172,65 @@ def rehearse(out: Path, emulate: bool = False, point_m: int = 8, points: str = "
     from kernels import cuda
     from kernels.qweights import QWeights
 
-    saved = (mx.fast.cuda_kernel, cv.stock, dict(cv.SHAPES), cs.launch)
-    mx.fast.cuda_kernel, cv.stock = _standin, _stock_f32
-    if emulate:
-        cs.launch = _emulated
-    cv.SHAPES.update({op: (cv.SHAPES[op][0], n) for op, n in COLUMNS.items()})
-    cuda.clear_caches()
+    global _NAME_LAUNCHES
     report: dict = {}
-    try:
-        sweep = out / "cuda_verify_cold_sweep.json"
-        with contextlib.redirect_stdout(io.StringIO()):
-            rc = cs.main(["--check-only", "--ms", str(point_m), "--point-m", str(point_m),
-                          "--no-bulk", "--out", str(out), "--points", points])
-        shapes = json.loads(sweep.read_text())["shapes"]
-        report["check_only_rc"] = rc
-        report["check_only"] = {
-            key: {"points": len(e["points"]),
-                  "ok": sum(bool(p.get("ok")) for p in e["points"]),
-                  "errors": [p["error"].split(" (")[0] for p in e["points"] if "error" in p]}
-            for key, e in shapes.items()}
-        global _NAME_LAUNCHES
-        buf, _NAME_LAUNCHES = io.StringIO(), True
-        with contextlib.redirect_stdout(buf):
-            chosen_tiles = (["--points"] if points == "next" else ["--tiles", json.dumps(
-                [sp.as_params(pt) for pts in sp.SETS[points].values() for pt in pts])])
-            cvn.main([*chosen_tiles, "--no-bulk", "--ms", str(point_m), "--dtypes",
-                      "bfloat16,float16", "--cold-sweep", str(sweep)])
-        _NAME_LAUNCHES = False
-        launches = _launches(buf.getvalue())
-        report["ncu_launches"] = len(launches)
-        # denorm tiles ncu leaves out, by shape and dtype: their weights would run them plain
-        skipped = [ln.split()[1:3] for ln in buf.getvalue().splitlines()
-                   if ln.startswith("NCU_SKIP") and "denorm's limit" in ln]
-        report["ncu_denorm_skipped"] = {f"{op}/{dt}": skipped.count([op, dt])
-                                        for op, dt in sorted(map(tuple, skipped))}
-        csv_path = out / "ncu_cold.csv"
-        favoured = FAVOURED.get(points, FAVOURED["next"])
-        csv_path.write_text(cvn.csv_of([(lb, *_made_up_us(lb, kernel, favoured))
-                                        for lb, kernel in launches]))
-        chosen, record = out / "chosen_table.json", out / "tile_choice.json"
-        with contextlib.redirect_stdout(io.StringIO()):
-            report["choose_rc"] = regen.main([
-                "--choose-from-ncu", str(csv_path), "--cold-sweep", str(sweep),
-                "--out", str(chosen), "--choice-out", str(record)])
-        choices = json.loads(record.read_text())["choices"]
-        # a kept entry is what it was: the made-up times may rank its own tile first
-        report["chosen"] = {key: described(c["variant"], c["chosen"]) if "chosen" in c
-                            else described(c["previous_variant"], c["previous"]) if "kept" in c
-                            else c.get("skipped") for key, c in choices.items()}
-        launched = {}
-        for e in json.loads(chosen.read_text())["entries"]:
-            if e["devices"] != ["sm_90"] or e["M"] != point_m or e["shapes"][0] not in COLUMNS:
-                continue
-            v = e["candidate"] if e["variant"] == "stock" else e
-            k, n = cv.SHAPES[e["shapes"][0]]
-            dt = getattr(mx, e["dtypes"][0])
-            qw = QWeights.quantize(mx.random.normal((n, k)) / k ** 0.5, 64, 4, dt)
-            x = mx.random.normal((point_m, k)).astype(dt)
-            y = cuda.launch(v["variant"], x, qw, v["params"])
-            mx.eval(y)
-            launched[f"{e['shapes'][0]}/{e['dtypes'][0]}"] = described(v["variant"],
-                                                                      v["params"])
-        report["launched"] = launched
-    finally:
-        _NAME_LAUNCHES = False
-        mx.fast.cuda_kernel, cv.stock, cs.launch = saved[0], saved[1], saved[3]
-        cv.SHAPES.clear()
-        cv.SHAPES.update(saved[2])
-        cuda.clear_caches()
+    with _stood_in(*([(cs, "launch", _emulated)] if emulate else [])):
+        try:
+            sweep = out / "cuda_verify_cold_sweep.json"
+            with contextlib.redirect_stdout(io.StringIO()):
+                rc = cs.main(["--check-only", "--ms", str(point_m), "--point-m", str(point_m),
+                              "--no-bulk", "--out", str(out), "--points", points])
+            shapes = json.loads(sweep.read_text())["shapes"]
+            report["check_only_rc"] = rc
+            report["check_only"] = {
+                key: {"points": len(e["points"]),
+                      "ok": sum(bool(p.get("ok")) for p in e["points"]),
+                      "errors": [p["error"].split(" (")[0] for p in e["points"] if "error" in p]}
+                for key, e in shapes.items()}
+            buf, _NAME_LAUNCHES = io.StringIO(), True
+            with contextlib.redirect_stdout(buf):
+                chosen_tiles = (["--points"] if points == "next" else ["--tiles", json.dumps(
+                    [sp.as_params(pt) for pts in sp.SETS[points].values() for pt in pts])])
+                cvn.main([*chosen_tiles, "--no-bulk", "--ms", str(point_m), "--dtypes",
+                          "bfloat16,float16", "--cold-sweep", str(sweep)])
+            _NAME_LAUNCHES = False
+            launches = _launches(buf.getvalue())
+            report["ncu_launches"] = len(launches)
+            # denorm tiles ncu leaves out, by shape and dtype: their weights would run them plain
+            skipped = [ln.split()[1:3] for ln in buf.getvalue().splitlines()
+                       if ln.startswith("NCU_SKIP") and "denorm's limit" in ln]
+            report["ncu_denorm_skipped"] = {f"{op}/{dt}": skipped.count([op, dt])
+                                            for op, dt in sorted(map(tuple, skipped))}
+            csv_path = out / "ncu_cold.csv"
+            favoured = FAVOURED.get(points, FAVOURED["next"])
+            csv_path.write_text(cvn.csv_of([(lb, *_made_up_us(lb, kernel, favoured))
+                                            for lb, kernel in launches]))
+            chosen, record = out / "chosen_table.json", out / "tile_choice.json"
+            with contextlib.redirect_stdout(io.StringIO()):
+                report["choose_rc"] = regen.main([
+                    "--choose-from-ncu", str(csv_path), "--cold-sweep", str(sweep),
+                    "--out", str(chosen), "--choice-out", str(record)])
+            choices = json.loads(record.read_text())["choices"]
+            # a kept entry is what it was: the made-up times may rank its own tile first
+            report["chosen"] = {key: described(c["variant"], c["chosen"]) if "chosen" in c
+                                else described(c["previous_variant"], c["previous"]) if "kept" in c
+                                else c.get("skipped") for key, c in choices.items()}
+            launched = {}
+            for e in json.loads(chosen.read_text())["entries"]:
+                if e["devices"] != ["sm_90"] or e["M"] != point_m or e["shapes"][0] not in COLUMNS:
+                    continue
+                v = e["candidate"] if e["variant"] == "stock" else e
+                k, n = cv.SHAPES[e["shapes"][0]]
+                dt = getattr(mx, e["dtypes"][0])
+                qw = QWeights.quantize(mx.random.normal((n, k)) / k ** 0.5, 64, 4, dt)
+                x = mx.random.normal((point_m, k)).astype(dt)
+                y = cuda.launch(v["variant"], x, qw, v["params"])
+                mx.eval(y)
+                launched[f"{e['shapes'][0]}/{e['dtypes'][0]}"] = described(v["variant"],
+                                                                          v["params"])
+            report["launched"] = launched
+        finally:
+            _NAME_LAUNCHES = False
     return report
 
 

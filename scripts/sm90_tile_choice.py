@@ -39,18 +39,17 @@ def _compiled_over_eager(shape_sweep: dict, m: int, full, t: tuple) -> float | N
     """A shape's cold sweep's compiled time over eager for tile ``t`` at M (its ``final``: the
     best tile timed both ways, and with ``--time-each`` every candidate), None where the sweep
     did not time it compiled."""
+    from sweep_points import candidate_tile, candidate_timed
+
     for f in shape_sweep.get("final", []):
         if int(f.get("M", 8)) != m:
             continue
         if (f.get("custom_compiled_us") and f.get("custom_eager_us")
                 and full(f.get("params") or {}) == t):
             return f["custom_compiled_us"] / f["custom_eager_us"]
-        for c in f.get("candidates", []):  # {"us": eager, "timed": {...}, **its tile}
-            # (the H100 sweeps of 2026-12-05 18:27-18:30 put compiled_us beside the tile)
-            compiled = c.get("timed", {}).get("compiled_us", c.get("compiled_us"))
-            tile = {k: v for k, v in c.items()
-                    if k not in ("us", "timed", "compiled_us", "alone_us")}
-            if compiled and c.get("us") and full(tile) == t:
+        for c in f.get("candidates", []):
+            compiled = candidate_timed(c).get("compiled_us")
+            if compiled and c.get("us") and full(candidate_tile(c)) == t:
                 return compiled / c["us"]
     return None
 
