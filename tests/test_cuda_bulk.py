@@ -2,9 +2,8 @@
 memory, packing), the packed weights' layout, and its machine code for sm_90 (nvcc and
 nvdisasm): it compiles without spills, and each ablated leg drops what it says it drops.
 
-Apart from tests/test_cuda_cpu_side.py because the bulk pipeline (sm_90 bulk copies and
-mbarriers) is the one pipeline the CUDA emulator refuses: these are its only checks before a
-device runs it."""
+Apart from tests/test_cuda_cpu_side.py: the bulk pipeline's configs and machine code. Its
+kernel body runs on the CUDA emulator in tests/test_cuda_bulk_emulated.py."""
 
 from __future__ import annotations
 

@@ -89,16 +89,32 @@ __device__ __forceinline__ void dflash2_cp_async_commit() {}
 template <int PENDING>
 __device__ __forceinline__ void dflash2_cp_async_wait() {}
 """
-# The bulk pipeline (mbarriers, bulk copies into dynamic shared memory) is not emulated: its
-# helpers only have to compile (a discarded ``if constexpr`` branch outside a template is
-# still checked), and a launch that would reach them is refused before it runs (launch.py).
+# The bulk pipeline's mbarriers and bulk copies on the executor's (metal_emu_hooks.h), which
+# keeps each barrier's state in its 8 bytes and checks every copy's size, alignment and source
+# buffer; here each copy's destination and barrier must lie in the launch's dynamic shared
+# memory (``__emu_dsmem``: the size the launch asks for, not the section around it).
 EMULATED_BULK = r"""
-__device__ __forceinline__ void dflash2_mbar_init(void*, unsigned) {}
+__device__ __forceinline__ void __emu_in_dsmem(const void* p, unsigned bytes, const char* what) {
+  const unsigned char* c = static_cast<const unsigned char*>(p);
+  if (c < __emu_dsmem || c + bytes > __emu_dsmem + sizeof __emu_dsmem) __emu_hooks.fail(what);
+}
+__device__ __forceinline__ void dflash2_mbar_init(void* bar, unsigned count) {
+  __emu_in_dsmem(bar, 8, "an mbarrier outside the launch's dynamic shared memory");
+  __emu_hooks.mbar_init(bar, count);
+}
 __device__ __forceinline__ void dflash2_mbar_fence_init() {}
-__device__ __forceinline__ void dflash2_mbar_expect_tx(void*, unsigned) {}
-__device__ __forceinline__ void dflash2_mbar_arrive(void*) {}
-__device__ __forceinline__ void dflash2_mbar_wait(void*, unsigned) {}
-__device__ __forceinline__ void dflash2_bulk_g2s(void*, const void*, unsigned, void*) {}
+__device__ __forceinline__ void dflash2_mbar_expect_tx(void* bar, unsigned bytes) {
+  __emu_hooks.mbar_arrive(bar, bytes);
+}
+__device__ __forceinline__ void dflash2_mbar_arrive(void* bar) { __emu_hooks.mbar_arrive(bar, 0); }
+__device__ __forceinline__ void dflash2_mbar_wait(void* bar, unsigned parity) {
+  __emu_hooks.mbar_wait(bar, parity);
+}
+__device__ __forceinline__ void dflash2_bulk_g2s(void* dst, const void* src, unsigned bytes,
+                                                 void* bar) {
+  __emu_in_dsmem(dst, bytes, "a bulk copy past the end of the launch's dynamic shared memory");
+  __emu_hooks.bulk_copy(dst, src, bytes, bar);
+}
 """
 # Thread-block clusters on the executor's clusters (kernels/metal_emu/runtime): the rank, the
 # cluster's barrier, and a read of another block's shared memory at the place p has in this one.
@@ -112,9 +128,10 @@ __device__ __forceinline__ float dflash2_cluster_load(const float* p, unsigned r
 }
 """
 # The one line of a body the emulator changes: mma_weights_a's dynamic shared memory, which
-# only the bulk pipeline uses (C++ has no array of a size given at launch).
+# only the bulk pipeline uses (C++ has no array of a size given at launch), becomes an array of
+# the launch's size (``translation_unit``), in threadgroup memory as the body's other arrays.
 DYNAMIC_SMEM = ("extern __shared__ __align__(128) unsigned char dsmem[];",
-                "unsigned char* const dsmem = nullptr;  // (emulator: no bulk pipeline)")
+                "unsigned char* const dsmem = __emu_dsmem;  // (emulator: the launch's size)")
 # (the source's helpers, with their inline PTX) -> the same functions in C++
 EMULATED = {
     common.CUDA_HEADER: "",  # the split-K helpers: no mma variant calls them
@@ -139,8 +156,9 @@ def header(name: str) -> str:
     return text
 
 
-def translation_unit(name: str, dtype: str, template: dict) -> str:
-    """The shim, the header, the body with its constants, and the executor's entry."""
+def translation_unit(name: str, dtype: str, template: dict, dynamic_smem: int = 0) -> str:
+    """The shim, the header, the body with its constants, and the executor's entry;
+    ``dynamic_smem`` bytes of dynamic shared memory (the launch config's)."""
     t = C_TYPES[dtype]
     consts = "\n".join(cuda_offline.constant_lines(template))
     return "\n".join([
@@ -152,6 +170,7 @@ def translation_unit(name: str, dtype: str, template: dict) -> str:
         "extern char __stop_emu_tg[] __attribute__((weak));",
         "void __emu_tg_bounds(char** lo, char** hi) { *lo = __start_emu_tg; *hi = __stop_emu_tg; }",
         "}",
+        f"__shared__ __align__(128) unsigned char __emu_dsmem[{max(int(dynamic_smem), 16)}];",
         header(name),
         (f"static void dflash2_{name}(const {t}* x, const uint32_t* w, const {t}* scales, "
          f"const {t}* biases, {t}* y) {{"),
@@ -167,7 +186,7 @@ def translation_unit(name: str, dtype: str, template: dict) -> str:
     ]) + "\n"
 
 
-def library(name: str, dtype: str, template: dict) -> Path:
+def library(name: str, dtype: str, template: dict, dynamic_smem: int = 0) -> Path:
     """The launch's shared library, built once per translation unit (cached by content)."""
-    return toolchain.build_library(translation_unit(name, dtype, template), f"cuda-{name}",
-                                   (SHIM,))
+    return toolchain.build_library(translation_unit(name, dtype, template, dynamic_smem),
+                                   f"cuda-{name}", (SHIM,))

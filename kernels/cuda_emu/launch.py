@@ -12,6 +12,7 @@ import mlx.core as mx
 import numpy as np
 
 from kernels import cuda_config
+from kernels.cuda import weights_for
 from kernels.cuda_emu import build
 from kernels.metal_emu import executor, glue
 from kernels.qweights import QWeights
@@ -31,27 +32,26 @@ def _buffer(name: str, a: mx.array) -> executor.Buffer:
 
 
 def launch(name: str, x: mx.array, qw: QWeights, params: dict,
-           order: str = "forward") -> mx.array:
+           order: str = "forward", copies: str = "at_issue") -> mx.array:
     """y (M, N) = x (M, K) @ W^T by the variant's CUDA source, emulated; ``NotEmulated`` (one
-    line) for a variant or tile the executor cannot run (the split-K sources; the bulk
-    pipeline: its dynamic shared memory). ``order`` "reverse" runs the grid's last cluster of
-    blocks first, and a cluster's last block first: a tile's output must not depend on it."""
+    line) for a variant the executor cannot run (the split-K sources). ``order`` "reverse" runs
+    the grid's last cluster of blocks first, and a cluster's last block first: a tile's output
+    must not depend on it. ``copies`` is when the bulk pipeline's copies land
+    (``executor.COPIES``): its output must not depend on it either. w is read in the layout the
+    launch config names, made as a device launch makes it (``kernels.cuda.weights_for``)."""
     if getattr(VARIANTS[name], "CUDA_LAYOUT", None) not in EMULATED_LAYOUTS:
         raise build.NotEmulated(f"{name}: only the mma variants' sources are emulated "
                                 f"({', '.join(sorted(EMULATED_LAYOUTS))})")
     m, k = x.shape
     dt = "bfloat16" if x.dtype == mx.bfloat16 else "float16"
     cfg = cuda_config.launch_config(name, m, k, qw.n, qw.group_size, dt, dict(params))
-    if cfg.shared_memory or cfg.packing:
-        raise build.NotEmulated(f"{name}: the bulk pipeline (dynamic shared memory) is not "
-                                f"emulated")
-    lib = build.library(name, dt, cfg.template)
-    act = qw.in_dtype(x.dtype)
-    inputs = {"x": _buffer("x", x), "w": _buffer("w", act.wq),
-              "scales": _buffer("scales", act.scales), "biases": _buffer("biases", act.biases)}
+    lib = build.library(name, dt, cfg.template, cfg.shared_memory)
+    w, scales, biases = weights_for(name, qw, x.dtype, cfg.packing)
+    inputs = {"x": _buffer("x", x), "w": _buffer("w", w),
+              "scales": _buffer("scales", scales), "biases": _buffer("biases", biases)}
     out = executor.launch(f"{name} (CUDA, emulated)", _SIGNATURE, str(lib), inputs,
                           {"y": ((m, qw.n), dt if dt == "bfloat16" else np.float16)},
                           (cfg.grid, 1, 1), (cfg.threads, 1, 1), cluster=cfg.cluster,
-                          order=order)
+                          order=order, copies=copies)
     y = mx.array(out["y"])
     return y.view(mx.bfloat16) if dt == "bfloat16" else y

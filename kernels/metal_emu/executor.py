@@ -20,6 +20,8 @@ from kernels.metal_emu import glue, toolchain
 
 ENV_TIME_LIMIT = "DFLASH2_EMU_CPU_SECONDS"
 ORDERS = ("forward", "reverse")
+# when a bulk copy (the CUDA emulator's) lands: as it is issued, or once every thread is blocked
+COPIES = ("at_issue", "late")
 _lock = threading.Lock()
 
 # NaNs with a payload (quiet bit set, then 0xDE..): hardware NaNs are 0x7FC00000-style.
@@ -49,7 +51,8 @@ def _runtime() -> ctypes.CDLL:
     lib.emu_launch.restype = ctypes.c_int
     lib.emu_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint),
-                               ctypes.c_uint, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                               ctypes.c_uint, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                               ctypes.c_void_p,
                                ctypes.c_double, ctypes.c_char_p, ctypes.c_ulong]
     return lib
 
@@ -66,18 +69,23 @@ def _time_limit() -> float:
 def launch(name: str, sig: glue.Signature, library: str, inputs: dict[str, Buffer],
            outputs: dict[str, tuple[tuple[int, ...], np.dtype | str]], grid: tuple[int, int, int],
            threadgroup: tuple[int, int, int], *, cluster: int = 1,
-           order: str = "forward") -> dict[str, np.ndarray]:
+           order: str = "forward", copies: str = "at_issue") -> dict[str, np.ndarray]:
     """Run one launch; ``outputs`` maps name -> (shape, dtype or "bfloat16").
 
     ``cluster`` threadgroups along x run together as a CUDA thread-block cluster (the grid's
     threadgroups along x a multiple of it). ``order`` "reverse" runs the grid's last cluster
     first and a cluster's threadgroups from the highest rank: an output that must not depend
-    on which threadgroup comes first can be compared across the two orders."""
+    on which threadgroup comes first can be compared across the two orders. ``copies``
+    "late" lands each bulk copy only once every thread of the cluster is blocked (a read of
+    its bytes before the wait on its mbarrier then finds the old ones), "at_issue" at once (a
+    refill of a slot before its readers are done then overwrites what they have yet to read)."""
     if isinstance(cluster, bool) or not isinstance(cluster, numbers.Integral) or not (
             1 <= cluster < 2 ** 32):
         raise EmulatorError(f"{name}: bad cluster {cluster!r}: a number of threadgroups >= 1")
     if order not in ORDERS:
         raise EmulatorError(f"{name}: bad order {order!r}: one of {', '.join(ORDERS)}")
+    if copies not in COPIES:
+        raise EmulatorError(f"{name}: bad copies {copies!r}: one of {', '.join(COPIES)}")
     rt = _runtime()
     lib = _kernel(library)
     nbuf = max(p.buffer for p in sig.buffers) + 1
@@ -117,7 +125,8 @@ def launch(name: str, sig: glue.Signature, library: str, inputs: dict[str, Buffe
             t = (ctypes.c_uint * 3)(*threadgroup)
             lo, hi = ctypes.c_void_p(), ctypes.c_void_p()
             lib["__emu_tg_bounds"](ctypes.byref(lo), ctypes.byref(hi))
-            if rt.emu_launch(entry, hooks, args, g, t, int(cluster), order == "reverse", lo, hi,
+            if rt.emu_launch(entry, hooks, args, g, t, int(cluster), order == "reverse",
+                             copies == "late", lo, hi,
                              _time_limit(), err, len(err)):
                 raise EmulatorError(f"{name}: {err.value.decode(errors='replace')}")
             results = {}

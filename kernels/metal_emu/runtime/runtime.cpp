@@ -17,6 +17,12 @@
 // Buffers are guarded mappings (buffers.cpp): an access out of bounds faults, and the fault is
 // reported with the buffer's name and the element index.
 //
+// CUDA's mbarriers and 1-D bulk copies (sm_90's TMA) for the CUDA emulator: an mbarrier's state
+// lives in its 8 bytes of threadgroup memory (so it goes with the threadgroup's memory), a
+// waiting thread blocks until its phase completes, and a bulk copy lands either at once or
+// (`copies_late`) only when every thread of the cluster is blocked: the latest a kernel can
+// observe, so a read of a slot before the wait on its barrier reads what was there before.
+//
 // Not thread-safe by design: one launch at a time per process (the Python side holds a lock).
 
 #include <csetjmp>
@@ -40,7 +46,9 @@ constexpr unsigned long kStack = 256 * 1024;
 constexpr unsigned kSimd = 32;
 constexpr unsigned kMaxCluster = 16;  // CUDA's largest (non-portable) cluster
 
-enum State { kRunnable, kWaitSimd, kWaitTgBarrier, kWaitSgBarrier, kWaitClusterBarrier, kDone };
+enum State {
+  kRunnable, kWaitSimd, kWaitTgBarrier, kWaitSgBarrier, kWaitClusterBarrier, kWaitMbar, kDone
+};
 
 struct Lane {
   ucontext_t ctx;
@@ -55,6 +63,7 @@ struct Lane {
   __emu_combine_fn combine = nullptr;
   const void* site = nullptr;
   unsigned rank = 0;  // its threadgroup's rank in the cluster
+  char* mbar = nullptr;  // kWaitMbar: the mbarrier, and the parity (arg) of the awaited phase
 };
 
 // A threadgroup of the running cluster: its lanes are g_lanes[first, first + nthreads).
@@ -79,6 +88,18 @@ unsigned g_live = 0;  // the rank whose threadgroup memory is in the section
 char g_error[2048];
 bool g_failed = false;
 char* g_altstack = nullptr;
+
+// A bulk copy issued and not yet landed (copies_late): its threadgroup's rank and the
+// threadgroup-memory addresses of its destination and mbarrier.
+struct Copy {
+  unsigned rank;
+  char* dst;
+  const char* src;
+  unsigned bytes;
+  char* bar;
+};
+std::vector<Copy> g_copies;
+bool g_copies_late = false;
 
 void set_error(const char* message) {
   if (g_failed) return;
@@ -248,6 +269,133 @@ void* hook_cluster_map(const void* shared_ptr, unsigned rank) {
   return rank == g_live ? p : g_groups[rank].store.data() + (p - g_tg_lo);
 }
 
+// An mbarrier's 8 bytes: word 0 holds the arrivals still to come in this phase (bits 0-10),
+// the count mbarrier.init gave (11-21), a mark that init wrote them (22-30) and the phase's
+// parity (31); word 1 the phase's transaction bytes still to land, signed (a copy may land
+// before the arrival that expects its bytes, as on hardware).
+constexpr uint32_t kMbarCount = 0x7FFu;
+constexpr uint32_t kMbarMarkMask = 0x1FFu << 22;
+constexpr uint32_t kMbarMark = 0x1A5u << 22;
+constexpr int32_t kMbarTxMax = (1 << 20) - 1;  // PTX's range of the transaction count
+
+uint32_t* mbar_words(void* bar, const char* op) {
+  char* p = static_cast<char*>(bar);
+  char buf[200];
+  if (p < g_tg_lo || p + 8 > g_tg_hi || reinterpret_cast<uintptr_t>(p) % 8) {
+    snprintf(buf, sizeof buf, "mbarrier.%s at %p: not 8 aligned bytes of threadgroup memory",
+             op, bar);
+    hook_fail(buf);
+  }
+  uint32_t* w = reinterpret_cast<uint32_t*>(p);
+  if (op[0] != 'i' && (w[0] & kMbarMarkMask) != kMbarMark) {
+    snprintf(buf, sizeof buf,
+             "mbarrier.%s at threadgroup offset %ld before its mbarrier.init", op,
+             static_cast<long>(p - g_tg_lo));
+    hook_fail(buf);
+  }
+  return w;
+}
+
+// The phase completes when its arrivals and its bytes are all in: the parity flips and the
+// arrivals start again from the count.
+void mbar_complete(uint32_t* w) {
+  if ((w[0] & kMbarCount) == 0 && static_cast<int32_t>(w[1]) == 0)
+    w[0] = ((w[0] ^ 0x80000000u) & ~kMbarCount) | ((w[0] >> 11) & kMbarCount);
+}
+
+void mbar_add_tx(uint32_t* w, long long tx) {
+  const long long t = static_cast<int32_t>(w[1]) + tx;
+  if (t > kMbarTxMax || t < -kMbarTxMax) {
+    char buf[160];
+    snprintf(buf, sizeof buf, "an mbarrier's transaction count left PTX's range (%lld bytes)", t);
+    hook_fail(buf);
+  }
+  w[1] = static_cast<uint32_t>(static_cast<int32_t>(t));
+}
+
+void hook_mbar_init(void* bar, unsigned count) {
+  uint32_t* w = mbar_words(bar, "init");
+  if (count == 0 || count > kMbarCount) {
+    char buf[120];
+    snprintf(buf, sizeof buf, "mbarrier.init with a count of %u (the executor takes 1..%u)",
+             count, kMbarCount);
+    hook_fail(buf);
+  }
+  w[0] = kMbarMark | (count << 11) | count;
+  w[1] = 0;
+}
+
+void hook_mbar_arrive(void* bar, unsigned tx) {
+  uint32_t* w = mbar_words(bar, tx ? "arrive.expect_tx" : "arrive");
+  if ((w[0] & kMbarCount) == 0) {  // its arrivals are in, its bytes not yet
+    hook_fail("an mbarrier arrived on more times in one phase than its count");
+  }
+  mbar_add_tx(w, tx);
+  w[0] -= 1;
+  mbar_complete(w);
+}
+
+bool mbar_done(const char* bar, unsigned parity) {
+  return (reinterpret_cast<const uint32_t*>(bar)[0] >> 31) != (parity & 1u);
+}
+
+void hook_mbar_wait(void* bar, unsigned parity) {
+  mbar_words(bar, "try_wait.parity");
+  if (mbar_done(static_cast<char*>(bar), parity)) return;
+  g_cur->mbar = static_cast<char*>(bar);
+  g_cur->arg = parity;
+  g_cur->state = kWaitMbar;
+  yield_to_scheduler();
+}
+
+void land(const Copy& c) {
+  make_live(c.rank);
+  memcpy(c.dst, c.src, c.bytes);
+  uint32_t* w = reinterpret_cast<uint32_t*>(c.bar);
+  mbar_add_tx(w, -static_cast<long long>(c.bytes));
+  mbar_complete(w);
+}
+
+void hook_bulk_copy(void* dst, const void* src, unsigned bytes, void* bar) {
+  char buf[240];
+  char* d = static_cast<char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  if (bytes == 0 || bytes % 16 || reinterpret_cast<uintptr_t>(d) % 16 ||
+      reinterpret_cast<uintptr_t>(s) % 16) {
+    snprintf(buf, sizeof buf,
+             "a bulk copy of %u bytes from %p to %p: the size and both addresses must be "
+             "multiples of 16", bytes, src, dst);
+    hook_fail(buf);
+  }
+  if (d < g_tg_lo || d + bytes > g_tg_hi) {
+    snprintf(buf, sizeof buf,
+             "a bulk copy of %u bytes to threadgroup offset %ld, outside threadgroup memory "
+             "(%ld bytes)", bytes, static_cast<long>(d - g_tg_lo),
+             static_cast<long>(g_tg_hi - g_tg_lo));
+    hook_fail(buf);
+  }
+  const emu::Buffer* b = emu::buffer_of(s);
+  if (!b || s < b->base || s + bytes > b->base + b->nbytes) {
+    if (b) {
+      snprintf(buf, sizeof buf,
+               "out-of-bounds bulk copy from buffer '%s': elements %ld..%ld (valid 0..%ld)",
+               b->name, static_cast<long>((s - b->base) / b->elem),
+               static_cast<long>((s + bytes - b->base) / b->elem) - 1,
+               static_cast<long>(b->nbytes / b->elem) - 1);
+    } else {
+      snprintf(buf, sizeof buf, "a bulk copy from %p, an address in no buffer", src);
+    }
+    hook_fail(buf);
+  }
+  mbar_words(bar, "complete_tx");
+  const Copy c{g_cur->rank, d, s, bytes, static_cast<char*>(bar)};
+  if (g_copies_late) {
+    g_copies.push_back(c);
+  } else {
+    land(c);
+  }
+}
+
 void on_signal(int sig, siginfo_t* info, void* uctx) {
   char w[128];
   where(w, sizeof w);
@@ -303,6 +451,9 @@ bool resolve_simd(Lane* lanes, unsigned nthreads) {
     // only the earliest call site in the source resolves now; the rest wait for the lanes that
     // will join them. (A collective reached by every lane after a divergent block that has one
     // of its own then runs with every lane, as on hardware.)
+    // (A lane still waiting on an mbarrier is left out, as a lane that has finished is: an mma
+    // resolved without it gives NaN, a wrong output, never a right one. resolve() lets every
+    // lane whose barrier has completed run first.)
     const void* first_site = nullptr;
     for (unsigned i = lo; i < hi; ++i)
       if (lanes[i].state == kWaitSimd && (!first_site || lanes[i].site < first_site))
@@ -368,8 +519,27 @@ bool release_barrier(unsigned lo, unsigned hi, State barrier) {
   return true;
 }
 
+// Lanes waiting on an mbarrier whose phase has completed run again.
+bool release_mbar_waits() {
+  bool progress = false;
+  for (const Group& g : g_groups)
+    for (unsigned t = g.first; t < g.first + g.nthreads; ++t) {
+      Lane& l = g_lanes[t];
+      if (l.state != kWaitMbar) continue;
+      make_live(l.rank);
+      if (mbar_done(l.mbar, l.arg)) {
+        l.state = kRunnable;
+        progress = true;
+      }
+    }
+  return progress;
+}
+
 // One resolution step over a blocked cluster; false when nothing could move (a deadlock).
 bool resolve() {
+  // lanes whose barrier has completed run before any collective resolves: their warp's mma
+  // waits for them (mma.sync is .aligned), so resolving it now would leave them out
+  if (release_mbar_waits()) return true;
   bool progress = false;
   for (unsigned r = 0; r < g_cluster; ++r) {
     const Group& g = g_groups[r];
@@ -389,15 +559,34 @@ bool resolve() {
   // The threadgroups' lanes are contiguous: the cluster is [0, last one's end).
   const unsigned end = g_groups.back().first + g_groups.back().nthreads;
   if (release_barrier(0, end, kWaitClusterBarrier)) return true;
+  // copies_late: a copy lands only when nothing else can move, one at a time: first the oldest
+  // whose mbarrier a thread waits on, else the oldest. Copies are not ordered among themselves
+  // on hardware either, so one that no thread waits for (a missing wait) lands last.
+  while (!g_copies.empty()) {
+    size_t pick = 0;
+    for (size_t c = 0; c < g_copies.size() && !pick; ++c)
+      for (unsigned i = 0; i < end; ++i)
+        if (g_lanes[i].state == kWaitMbar && g_lanes[i].rank == g_copies[c].rank &&
+            g_lanes[i].mbar == g_copies[c].bar) {
+          pick = c + 1;
+          break;
+        }
+    pick = pick ? pick - 1 : 0;
+    const Copy c = g_copies[pick];
+    g_copies.erase(g_copies.begin() + static_cast<long>(pick));
+    land(c);
+    if (release_mbar_waits()) return true;
+  }
   for (unsigned i = 0; i < end; ++i)
     if (g_lanes[i].state != kDone) return false;
   return true;
 }
 
 void deadlock() {
-  unsigned at_tg = 0, at_sg = 0, at_cluster = 0, done = 0;
+  unsigned at_tg = 0, at_sg = 0, at_cluster = 0, at_mbar = 0, done = 0;
   for (const Group& g : g_groups)
     for (unsigned t = g.first; t < g.first + g.nthreads; ++t) {
+      at_mbar += g_lanes[t].state == kWaitMbar;
       at_tg += g_lanes[t].state == kWaitTgBarrier;
       at_sg += g_lanes[t].state == kWaitSgBarrier;
       at_cluster += g_lanes[t].state == kWaitClusterBarrier;
@@ -412,11 +601,13 @@ void deadlock() {
              p[0] + g_cluster - 1, p[1], p[2]);
   if (g_cluster > 1 || at_cluster)
     snprintf(cluster, sizeof cluster, ", %u at a cluster barrier", at_cluster);
-  char buf[320];
+  char mbar[48] = "";
+  if (at_mbar) snprintf(mbar, sizeof mbar, ", %u waiting on an mbarrier", at_mbar);
+  char buf[360];
   snprintf(buf, sizeof buf,
-           "deadlock in %s: %u threads at threadgroup_barrier, %u at simdgroup_barrier%s, %u "
+           "deadlock in %s: %u threads at threadgroup_barrier, %u at simdgroup_barrier%s%s, %u "
            "finished",
-           where, at_tg, at_sg, cluster, done);
+           where, at_tg, at_sg, cluster, mbar, done);
   set_error(buf);
 }
 
@@ -486,7 +677,20 @@ void run_cluster(const unsigned first[3], const unsigned tg[3], const unsigned g
     bool live = false;
     for (const Group& g : g_groups)
       for (unsigned t = g.first; t < g.first + g.nthreads; ++t) live |= g_lanes[t].state != kDone;
-    if (!live) return;
+    if (!live) {
+      // on hardware a block must not exit with bulk copies into its memory in flight
+      if (!g_copies.empty()) {
+        char buf[200];
+        snprintf(buf, sizeof buf,
+                 "%zu bulk copies (the first of %u bytes) were still in flight when their "
+                 "threadgroup's threads had all finished: no thread waited on them",
+                 g_copies.size(), g_copies.front().bytes);
+        g_copies.clear();
+        set_error(buf);
+        siglongjmp(g_jmp, 1);
+      }
+      return;
+    }
     if (!resolve()) {
       if (!g_failed) deadlock();
       siglongjmp(g_jmp, 1);
@@ -504,10 +708,11 @@ extern "C" {
 
 // Run one launch. Returns 0, or 1 with a one-line reason in `error`. `cluster` threadgroups
 // along x run together as a cluster (1: each alone); `reverse` runs the grid's last cluster
-// first, and each cluster's threadgroups from the highest rank.
+// first, and each cluster's threadgroups from the highest rank; `copies_late` lands each bulk
+// copy only when every thread of the cluster is blocked, instead of as it is issued.
 int emu_launch(void (*entry)(void* const*), struct __emu_hooks_t* hooks, void* const* args,
                const unsigned grid[3], const unsigned tg[3], unsigned cluster, int reverse,
-               char* tg_lo, char* tg_hi, double cpu_seconds, char* error,
+               int copies_late, char* tg_lo, char* tg_hi, double cpu_seconds, char* error,
                unsigned long error_len) {
   g_tg_lo = tg_lo;
   g_tg_hi = tg_hi;
@@ -520,6 +725,12 @@ int emu_launch(void (*entry)(void* const*), struct __emu_hooks_t* hooks, void* c
   hooks->cluster_size = hook_cluster_size;
   hooks->cluster_barrier = hook_cluster_barrier;
   hooks->cluster_map = hook_cluster_map;
+  hooks->mbar_init = hook_mbar_init;
+  hooks->mbar_arrive = hook_mbar_arrive;
+  hooks->mbar_wait = hook_mbar_wait;
+  hooks->bulk_copy = hook_bulk_copy;
+  g_copies.clear();
+  g_copies_late = copies_late != 0;
   g_entry = entry;
   g_args = args;
   g_failed = false;

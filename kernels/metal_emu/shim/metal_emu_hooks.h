@@ -52,6 +52,17 @@ struct __emu_hooks_t {
   unsigned (*cluster_size)(void);
   void (*cluster_barrier)(const void* site);
   void* (*cluster_map)(const void* shared_ptr, unsigned rank);
+  // sm_90 mbarriers and bulk copies (CUDA's TMA, 1-D form), for the CUDA emulator. An mbarrier
+  // is 8 bytes of threadgroup memory whose state the executor keeps there (its own encoding):
+  // init sets the arrival count; arrive counts one arrival and adds `tx` bytes to the phase's
+  // expected transactions; the phase completes when every arrival and every byte is in. wait
+  // blocks until the phase of `parity` has completed. bulk_copy moves `bytes` from global to
+  // threadgroup memory and counts them on `bar`; when they land is the executor's choice (the
+  // launch's `copies`): at once, or only when every thread is blocked.
+  void (*mbar_init)(void* bar, unsigned count);
+  void (*mbar_arrive)(void* bar, unsigned tx);
+  void (*mbar_wait)(void* bar, unsigned parity);
+  void (*bulk_copy)(void* dst, const void* src, unsigned bytes, void* bar);
 };
 
 extern struct __emu_hooks_t __emu_hooks;

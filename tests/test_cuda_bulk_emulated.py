@@ -1,0 +1,204 @@
+"""mma_weights_a's bulk pipeline (sm_90 bulk copies on mbarriers) run on this CPU by the CUDA
+emulator (kernels/cuda_emu): the exact kernel body, its mbarriers and copies on the executor's
+(kernels/metal_emu/runtime), every copy's size, alignment, source buffer and destination
+checked.
+
+The gate/up tile the next table ships on the H200 (bulk 3, 2 stages, denorm 2) had run on
+no CPU: its only checks before a device were its launch config and its machine code
+(tests/test_cuda_bulk.py). Each tile here must give its plain register pipeline's output bit
+for bit whether each copy lands as it is issued or only once every thread is blocked (a read
+before its wait then finds the bytes that were there before); shapes make every ring wrap
+(more stages of K than the ring holds). What it cannot find: a refill of a slot before every
+warp has read it, unless the executor's order of threads happens to show it (the warps keep
+step with each other at the mma's), and speed.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from kernels import cuda_config
+from kernels.cuda_emu import launch
+from kernels.metal_emu.executor import COPIES, EmulatorError
+from kernels.qweights import QWeights
+from kernels.tiling import TilingError
+from kernels.variants import VARIANTS
+from tests.test_cuda_emulated import _errors, _x, cuda_limit_fits
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import cuda_verify as cv  # noqa: E402
+import sweep_points as sp  # noqa: E402
+
+NAME = "mma_weights_a"
+DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16}
+
+
+def _weights(n: int, k: int, dt: str, spread: float = 0.25) -> QWeights:
+    w = mx.random.normal((n, k), key=mx.random.key(k + n)) * (spread / k ** 0.5)
+    return QWeights.quantize(w, 64, 4, DTYPES[dt])
+
+
+# (K, k_groups, M) with a warp's K steps (8, 8, 4) over rings of 2-4 stages of 1-2 steps.
+SHAPES = ((4096, 4, 8), (4096, 4, 16), (2048, 2, 8))
+BULK = [{"bulk": 1, "stages": 3}, {"bulk": 1, "stages": 2, "unroll": 2},
+        {"bulk": 2, "stages": 4}, {"bulk": 2, "stages": 2, "unroll": 2},
+        {"bulk": 3, "stages": 2}, {"bulk": 3, "stages": 3}, {"bulk": 3, "stages": 2, "unroll": 2},
+        {"bulk": 3, "stages": 2, "denorm": 2}, {"bulk": 3, "stages": 3, "denorm": 1},
+        {"bulk": 3, "stages": 2, "x_early": 1}]
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_every_bulk_pipeline_gives_the_register_pipelines_output_bit_for_bit(dt):
+    """bulk 1 (a producer warp, a copy a row), 2 (packed w, a copy a stage) and 3 (packed, warp
+    0's lane 0 the producer), with the levers a sweep names on them, at 1 and 2 activation
+    tiles and 2 and 4 K groups, each copy landing as issued and as late as it can: the plain
+    register pipeline's output bit for bit, which holds the bounds."""
+    for k, k_groups, m in SHAPES:
+        qw, x = _weights(64, k, dt), _x(m, k, dt)
+        assert cuda_limit_fits(qw, dt)
+        plain = {"n_tile": 32, "k_groups": k_groups, "unroll": 1}
+        y0 = launch.launch(NAME, x, qw, plain)
+        f64, port = _errors(y0, x, qw, VARIANTS[NAME].portable(x, qw, plain), dt)
+        assert f64 <= 1.0 and port <= 2.0, (k, k_groups, m, f64, port)
+        ran = 0
+        for lever in BULK:
+            p = {**plain, **lever}
+            try:
+                cfg = cuda_config.launch_config(NAME, m, k, 64, 64, dt, p)
+            except TilingError:  # fp16 at denorm 2 is the plain path's (scales over its limit)
+                continue
+            steps = k // 128 // k_groups // p["unroll"]
+            assert cfg.shared_memory and steps > p["stages"], (p, steps)  # the ring wraps
+            for copies in COPIES:
+                y = launch.launch(NAME, x, qw, p, copies=copies)
+                assert mx.array_equal(y, y0).item(), (k, k_groups, m, lever, copies)
+            ran += 1
+        assert ran >= 8, ran
+
+
+def _swept_bulk_tiles() -> list[tuple[str, dict]]:
+    """Every bulk tile of the set the device plan times next (bulk-vs-table) and of the
+    candidate table it will bench (bench/results/h200/layouts_1853/chosen_table.json), by the
+    shape it runs on."""
+    tiles = [(shape, sp.as_params(pt)) for shape, pts in sp.SETS["bulk-vs-table"].items()
+             for pt in pts if sp.as_params(pt).get("bulk")]
+    chosen = json.loads((ROOT / "bench/results/h200/layouts_1853/chosen_table.json").read_text())
+    tiles += [(shape, {**e["params"]}) for e in chosen["entries"] if e["params"].get("bulk")
+              for shape in e["shapes"]]
+    unique = {json.dumps([s, p], sort_keys=True): (s, p) for s, p in tiles}
+    return list(unique.values())
+
+
+def test_the_planned_bulk_tiles_run_at_their_shapes_real_k():
+    """The bulk tiles the next device calls time and bench, each at its shape's own K
+    (gate/up 5120: 10 K steps a warp; down 17408: 17) over two column tiles, bf16 at M=8: the
+    register twin's output bit for bit, both ways a copy may land, and that twin within the
+    bounds. The candidate table's gate/up entry is among them."""
+    tiles = _swept_bulk_tiles()
+    assert ("gate_up", {"n_tile": 32, "k_groups": 4, "unroll": 1, "prefetch": 0, "bulk": 3,
+                        "denorm": 2, "stages": 2}) in tiles
+    assert {s for s, _ in tiles} == {"gate_up", "down"}
+    for shape, p in tiles:
+        k = cv.SHAPES[shape][0]
+        qw, x = _weights(2 * p["n_tile"], k, "bfloat16"), _x(8, k, "bfloat16")
+        twin = sp.register_twin(p)
+        y0 = launch.launch(NAME, x, qw, twin)
+        f64, port = _errors(y0, x, qw, VARIANTS[NAME].portable(x, qw, twin), "bfloat16")
+        assert f64 <= 1.0 and port <= 2.0, (shape, p, f64, port)
+        for copies in COPIES:
+            y = launch.launch(NAME, x, qw, p, copies=copies)
+            assert mx.array_equal(y, y0).item(), (shape, p, copies)
+
+
+BODY = VARIANTS[NAME].CUDA_SOURCE
+# (what the source says, a mistake in its place, what the emulator says of it)
+MISTAKES = {
+    "no wait on a stage's copy": (
+        "        if constexpr (ABLATE != 2) dflash2_mbar_wait(full + slot, (st / STAGES) & 1);\n",
+        "", "arrived on more times in one phase than its count"),
+    "no wait on the scales' copy": (
+        "      dflash2_mbar_wait(sb_full, 0);\n", "", "still in flight"),
+    "half a stage's bytes expected": (
+        "dflash2_mbar_expect_tx(full + st % STAGES, PAYLOAD);",
+        "dflash2_mbar_expect_tx(full + st % STAGES, PAYLOAD / 2);",
+        "deadlock in threadgroup .* waiting on an mbarrier"),
+    "a stage read from the next stage's words": (
+        "w32 + (blockIdx.x * N_ST + st) * (PAYLOAD / 4)",
+        "w32 + (blockIdx.x * N_ST + st + 1) * (PAYLOAD / 4)",
+        "out-of-bounds bulk copy from buffer 'w'"),
+    "a stage copied one slot on": (
+        "      dflash2_bulk_g2s(ring + (st % STAGES) * STAGE_BYTES,",
+        "      dflash2_bulk_g2s(ring + (st % STAGES + 1) * STAGE_BYTES,",
+        "past the end of the launch's dynamic shared memory"),
+    "a slot released by one warp of four": (
+        "        dflash2_mbar_init(empty + i, K_GROUPS);",
+        "        dflash2_mbar_init(empty + i, 1);",
+        "deadlock in threadgroup .* waiting on an mbarrier"),
+    "the scales' barrier never initialised": (
+        "      dflash2_mbar_init(sb_full, 1);\n", "", "before its mbarrier.init"),
+}
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_a_bulk_pipeline_that_misses_a_wait_or_miscounts_is_caught(monkeypatch, mistake):
+    """Each mistake, in the table's bulk tile (3, 2 stages) at gate/up's K, is refused with one
+    line naming it, when the copies land as late as they can: a read before its wait, a copy
+    no thread waits for, bytes the barrier never sees, a copy out of w or past the ring."""
+    source, wrong, found = MISTAKES[mistake]
+    assert BODY.count(source) == 1, mistake
+    monkeypatch.setattr(VARIANTS[NAME], "CUDA_SOURCE", BODY.replace(source, wrong))
+    p = {"n_tile": 32, "k_groups": 4, "unroll": 1, "stages": 2, "bulk": 3}
+    qw, x = _weights(64, 5120, "bfloat16"), _x(8, 5120, "bfloat16")
+    with pytest.raises(EmulatorError, match=found) as e:
+        launch.launch(NAME, x, qw, p, copies="late")
+    assert "\n" not in str(e.value)
+
+
+def test_bulk_ablate_takes_out_the_part_it_names():
+    """The bulk tiles' legs as the device times them: ``ablate`` 1, the ring's words read back
+    and no math (every output zero); 2, no weights copied, the math alone on words made up
+    from the step (the output no longer depends on w). The emulator runs both."""
+    k, dt = 5120, "bfloat16"
+    x = _x(8, k, dt)
+    qa = _weights(64, k, dt)
+    qb = QWeights(qa.wq ^ mx.array(0x5A5A5A5A, dtype=mx.uint32), qa.scales, qa.biases, 64, 4)
+    p = {"n_tile": 32, "k_groups": 4, "unroll": 1, "stages": 2, "bulk": 3, "denorm": 2}
+    whole = np.array(launch.launch(NAME, x, qa, p).astype(mx.float32))
+    loads = np.array(launch.launch(NAME, x, qa, {**p, "ablate": 1}, copies="late")
+                     .astype(mx.float32))
+    math = [np.array(launch.launch(NAME, x, q, {**p, "ablate": 2}).astype(mx.float32))
+            for q in (qa, qb)]
+    assert (loads == 0).all() and np.abs(whole).max() > 0
+    assert np.array_equal(math[0], math[1]) and not np.array_equal(math[0], whole)
+
+
+def test_a_bad_copies_mode_is_refused_with_one_line():
+    qw, x = _weights(64, 1024, "bfloat16"), _x(8, 1024, "bfloat16")
+    with pytest.raises(EmulatorError, match="bad copies 'soon': one of at_issue, late"):
+        launch.launch(NAME, x, qw, {"n_tile": 32, "k_groups": 2, "unroll": 1}, copies="soon")
+
+
+def test_a_leader_that_refills_a_stage_later_is_still_right(monkeypatch):
+    """Not a mistake: warp 0's lane 0 refilling the slot of the stage before its own at 2
+    stages (LAG 1: the next stage goes out only as it is needed) is slower, never wrong. Its
+    lane waits on an mbarrier while the rest of its warp runs on to the next mma: the executor
+    must hold their mma.sync until that lane comes (the whole warp takes part in it), not
+    resolve it without the lane, which leaves NaN where a device gives the right sums."""
+    lag = "          constexpr int LAG = STAGES > 2 ? 1 : 0;"
+    assert BODY.count(lag) == 1
+    monkeypatch.setattr(VARIANTS[NAME], "CUDA_SOURCE",
+                        BODY.replace(lag, "          constexpr int LAG = STAGES - 1;"))
+    qw, x = _weights(32, 1024, "bfloat16"), _x(8, 1024, "bfloat16")
+    plain = {"n_tile": 32, "k_groups": 1, "unroll": 1}
+    y0 = launch.launch(NAME, x, qw, plain)
+    for stages in (2, 3):
+        for copies in COPIES:
+            y = launch.launch(NAME, x, qw, {**plain, "stages": stages, "bulk": 3}, copies=copies)
+            assert mx.array_equal(y, y0).item(), (stages, copies)
