@@ -33,8 +33,8 @@ from tests.test_cuda_emulated import _errors, _x, cuda_limit_fits
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-import cuda_verify as cv  # noqa: E402
-import sweep_points as sp  # noqa: E402
+import cuda_verify as cv
+import sweep_points as sp
 
 NAME = "mma_weights_a"
 DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16}
