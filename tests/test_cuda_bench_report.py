@@ -93,6 +93,27 @@ def test_a_chain_is_the_median_of_each_chain_less_the_links_timed_right_after_it
     assert c["chain_us"] == statistics.median(c["chain_batches_us"])
 
 
+def test_a_chains_time_pairs_each_chain_with_its_own_links(monkeypatch):
+    """On a clock that gives each chain and each chain of links a set time (per launch: chains
+    20, 21, 40 us, their links 19, 1, 2 after two warm-ups): the time is the median of the
+    pairs' differences (1, 20, 38: 20 us), not the difference of the medians (21 - 2 = 19),
+    which a stall in one chain of links alone would move."""
+    import cuda_timing
+    batch = 4
+    per_launch = [(50, 50), (50, 50), (20, 19), (21, 1), (40, 2)]  # (chain, links), in order
+    ticks, now = [], 0.0
+    for pair in per_launch:
+        for us in pair:
+            ticks += [now, now + us * batch * 1e-6]
+            now += 1.0
+    clock = iter(ticks)
+    monkeypatch.setattr(cuda_timing.time, "perf_counter", lambda: next(clock))
+    c = cuda_timing.chain_us(lambda xi, i: xi * 2, mx.ones((2, 4)), batch=batch, reps=3)
+    assert c["chain_batches_us"] == pytest.approx([20, 21, 40])
+    assert c["link_batches_us"] == pytest.approx([19, 1, 2])
+    assert c["us"] == pytest.approx(20) and c["chain_us"] - c["link_us"] == pytest.approx(19)
+
+
 def test_a_denorm_row_that_ran_plain_says_so():
     """A table tile with ``denorm`` on weights whose scales are over its limit runs the plain
     path (the launch's fallback); the bench's row says so beside the tile, so its times are
