@@ -175,6 +175,18 @@ BULK_DENORM = {shape: [(pt, {**extra, **DENORM_2}) for pt, extra in pts]
 # run, on a slower host), though it was faster alone under ncu (20.8 against 22.2).
 BULK_VS_TABLE = {"gate_up": BULK_DENORM["gate_up"] + [((32, 4, 2, 0, 0), DENORM_2)],
                  "down": BULK_DENORM["down"][:1] + [((16, 8, 1, 1, 0), {**GSUMS, **LATE})]}
+# x copied with each stage of bulk 3's ring (``x_early`` 2, built 2026-12-05 with no device;
+# bit for bit on the CUDA emulator): 43% of bulk 3's stall samples on an H100 waited on x's
+# loads from L2 (bench/results/h100/bulk3_stalls_1632). nvcc for sm_90, gate/up, 2 stages: 71
+# registers against 92 at M=8, 81 against 132 at M=16; 43 KiB a block at M=8 (5 an SM). Beside
+# the candidate table's bulk tile and the table's tiles (down's 160-320 blocks leave most SMs
+# one or two: there a block's shared memory costs little).
+BULK_X = {"gate_up": [((32, 4, 1, 0, 2, 128, 2), {"bulk": 3, **DENORM_2}),
+                      ((32, 4, 1, 0, 3, 128, 2), {"bulk": 3, **DENORM_2}),
+                      *BULK_VS_TABLE["gate_up"][1:2], *BULK_VS_TABLE["gate_up"][3:]],
+          "down": [((32, 4, 1, 0, 2, 128, 2), {"bulk": 3, **DENORM_2}),
+                   ((16, 8, 1, 0, 2, 128, 2), {"bulk": 3, **DENORM_2}),
+                   *BULK_VS_TABLE["down"][1:]]}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}
@@ -282,7 +294,7 @@ BULK_SMOKE = (((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 4, 1, 0, 4), {"bulk": 2}),
 
 # Every set by the name ``--points`` takes (the sweep and the ncu run): the next, or a run's.
 SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm": BULK_DENORM,
-        "bulk-vs-table": BULK_VS_TABLE,
+        "bulk-vs-table": BULK_VS_TABLE, "bulk-x": BULK_X,
         "2026-12-05-bulk": BULK_TILES_2026_12_05, "2026-12-05-bulk3": BULK3_TILES_2026_12_05,
         "2026-12-05-bulk3-xring": BULK3_XRING_TILES_2026_12_05,
         "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,

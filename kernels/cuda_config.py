@@ -66,6 +66,10 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     if denorm and hi_in_place:
         raise tiling.TilingError(f"{name}: denorm and hi_in_place are two ways to take the "
                                  f"nibbles; a tile takes one")
+    if x_early == 2 and (bulk != 3 or ablate == 2):
+        raise tiling.TilingError(f"{name}: x_early=2 copies x with each stage of bulk=3's ring "
+                                 f"(its leader warp issues the copies), so it takes bulk=3 "
+                                 f"and no ablate=2 (no stage copied)")
     if ablate and stages and not bulk:
         raise tiling.TilingError(f"{name}: ablate takes a part out of the register pipeline "
                                  f"or the bulk pipeline, not the cp.async ring")
@@ -79,7 +83,8 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
               else _batch_unroll(want, group_steps))
     template = {"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups, "UNROLL": unroll,
                 "PREFETCH": bool(int(p["prefetch"])), "STAGES": stages,
-                "L2_PREFETCH": int(p.get("l2_prefetch", 128)), "X_EARLY": bool(x_early),
+                "L2_PREFETCH": int(p.get("l2_prefetch", 128)),
+                "X_EARLY": x_early if x_early == 2 else bool(x_early),
                 "HI_IN_PLACE": bool(hi_in_place), "DENORM": denorm, "BULK": bool(bulk),
                 "PACKED": packs_weights(p), "LEADER": bulk == 3, "ABLATE": ablate,
                 "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"}
@@ -149,16 +154,18 @@ BULK_X_DEPTH = 2
 
 
 def bulk_smem_bytes(m: int, k: int, n_tile: int, k_groups: int, unroll: int, stages: int,
-                    group_size: int, packed: bool = False, x_early: bool = False) -> int:
+                    group_size: int, packed: bool = False, x_early: int = 0) -> int:
     """mma_weights_a's bulk ring, as its source lays it out: 128 B of mbarriers, the scales and
     the biases of the block's rows (2 B a group), then ``stages`` stages of ``unroll`` K steps
     of every K group's rows (64 B a row and step, padded so that two rows sit 64 B apart modulo
-    128, except ``packed``: one copy a stage, rows back to back), then with ``x_early`` each
-    lane's ring of BULK_X_DEPTH steps of activations (64 B a lane, step and 8 rows); the K
-    groups' partial sums reuse the rings at the end."""
+    128, except ``packed``: one copy a stage, rows back to back; with ``x_early`` 2 each stage
+    then holds its activations, a K group's row of M every unroll x 256 + 16 B), then with
+    ``x_early`` 1 each lane's ring of BULK_X_DEPTH steps of activations (64 B a lane, step and
+    8 rows); the K groups' partial sums reuse the rings at the end."""
     pitch = unroll * 64 + (64 if unroll % 2 == 0 and not packed else 0)
-    ring = stages * k_groups * n_tile * pitch
-    x_ring = k_groups * 32 * BULK_X_DEPTH * 64 * -(-m // 8) if x_early else 0
+    x_stage = k_groups * m * (unroll * 256 + 16) if x_early == 2 else 0
+    ring = stages * (k_groups * n_tile * pitch + x_stage)
+    x_ring = k_groups * 32 * BULK_X_DEPTH * 64 * -(-m // 8) if x_early == 1 else 0
     partial = k_groups * 8 * -(-m // 8) * n_tile * 4
     return 128 + 2 * n_tile * (k // group_size) * 2 + max(ring + x_ring, partial)
 
@@ -178,7 +185,7 @@ def _bulk_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
         raise tiling.TilingError(f"{where} with {bulk}: a row's scales ({k // group_size} x 2 B) "
                                  f"must be whole 16-byte chunks for a bulk copy")
     smem = bulk_smem_bytes(m, k, n_tile, k_groups, unroll, stages, group_size,
-                           template["PACKED"], template["X_EARLY"])
+                           template["PACKED"], int(template["X_EARLY"]))
     if smem > MAX_DYNAMIC_SMEM:
         raise tiling.TilingError(f"{where} with {bulk}, n_tile={n_tile}, k_groups={k_groups}, "
                                  f"unroll={unroll}, stages={stages}: its {smem} B of shared "

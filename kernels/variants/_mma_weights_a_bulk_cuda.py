@@ -29,12 +29,24 @@ BULK_PIPELINE = r"""  if constexpr (BULK) {
       dflash2_bulk_g2s(sm_s, s16 + n_base * ROW_GROUPS, SB_BYTES, sb_full);
       dflash2_bulk_g2s(sm_b, b16 + n_base * ROW_GROUPS, SB_BYTES, sb_full);
     };
+    // X_EARLY 2: the stage's activations come with it, a copy a K group and row
+    constexpr unsigned X_PAYLOAD = X_EARLY == 2 ? K_GROUPS * M_ROWS * SPS * 256 : 0;
     // PACKED: w is [block][stage][K group][row][SPS * 64 B], so a stage is one copy
     auto copy_stage = [&](int st) {
-      dflash2_mbar_expect_tx(full + st % STAGES, PAYLOAD);
+      dflash2_mbar_expect_tx(full + st % STAGES, PAYLOAD + X_PAYLOAD);
       dflash2_bulk_g2s(ring + (st % STAGES) * STAGE_BYTES,
                        w32 + (blockIdx.x * N_ST + st) * (PAYLOAD / 4), PAYLOAD,
                        full + st % STAGES);
+    };
+    // X_EARLY 2: copies first, first + step, ... of the stage's K_GROUPS x M_ROWS rows of x
+    // (row m of K group kg: its SPS K steps, contiguous in x), after its expect_tx
+    auto copy_x = [&](int st, int first, int step) {
+      unsigned char* xs = ring + (st % STAGES) * STAGE_BYTES + W_STAGE;
+      for (int i = first; i < K_GROUPS * M_ROWS; i += step) {
+        const int kg = i / M_ROWS, m = i % M_ROWS;
+        dflash2_bulk_g2s(xs + i * XP, x + m * K + (kg * GROUP_STEPS + st * SPS) * 128,
+                         SPS * 256, full + st % STAGES);
+      }
     };
     if (threadIdx.x == 0) {
 #pragma unroll
@@ -47,7 +59,10 @@ BULK_PIPELINE = r"""  if constexpr (BULK) {
       if constexpr (LEADER) {  // no producer warp: this lane fills the ring's first stages
         copy_scales();
         if constexpr (ABLATE != 2) {
-          for (int st = 0; st < (STAGES < N_ST ? STAGES : N_ST); ++st) copy_stage(st);
+          for (int st = 0; st < (STAGES < N_ST ? STAGES : N_ST); ++st) {
+            copy_stage(st);
+            if constexpr (X_EARLY == 2) copy_x(st, 0, 1);
+          }
         }
       }
     }
@@ -85,7 +100,7 @@ BULK_PIPELINE = r"""  if constexpr (BULK) {
         return *reinterpret_cast<const uint4*>(
             ring + slot * STAGE_BYTES + (warp * COLS + r) * PITCH + u * 64 + 16 * t);
       };
-      // X_EARLY: a K step's activations are copied (cp.async) into the lane's own slots of the
+      // X_EARLY 1: a K step's activations are copied (cp.async) into the lane's own slots of the
       // x ring X_DEPTH - 1 steps before their math, not loaded into registers inside the step
       // before: on the H100, 43% of bulk = 3's stall samples waited on those loads
       // (bench/results/h100/bulk3_stalls_1632). A lane reads back only what it copied, so
@@ -108,23 +123,23 @@ BULK_PIPELINE = r"""  if constexpr (BULK) {
         dflash2_cp_async_commit();
       };
       uint4 xa[M_TILES][4], xn[M_TILES][4];
-      if constexpr (X_EARLY && ABLATE != 1) {
+      if constexpr (X_EARLY == 1 && ABLATE != 1) {
 #pragma unroll
         for (int ls = 0; ls < X_DEPTH - 1; ++ls) issue_x(ls);
-      } else if constexpr (ABLATE != 1) {
+      } else if constexpr (X_EARLY != 2 && ABLATE != 1) {
         load_x(xa, warp * GROUP_STEPS);
       }
 #pragma unroll 1
       for (int st = 0; st < N_ST; ++st) {
         const int slot = st % STAGES;
         // the stage's first step's x copies go out before the wait on its weights
-        if constexpr (X_EARLY && ABLATE != 1) issue_x(st * SPS + X_DEPTH - 1);
+        if constexpr (X_EARLY == 1 && ABLATE != 1) issue_x(st * SPS + X_DEPTH - 1);
         if constexpr (ABLATE != 2) dflash2_mbar_wait(full + slot, (st / STAGES) & 1);
 #pragma unroll 1
         for (int u = 0; u < SPS; ++u) {
           const int step = warp * GROUP_STEPS + st * SPS + u;
           const int grp = (step * 128 + 32 * t) / GS;
-          if constexpr (X_EARLY && ABLATE != 1) {
+          if constexpr (X_EARLY == 1 && ABLATE != 1) {
             if (u > 0) issue_x(st * SPS + u + X_DEPTH - 1);
           }
           if constexpr (ABLATE == 1) {
@@ -154,7 +169,20 @@ BULK_PIPELINE = r"""  if constexpr (BULK) {
               sc[c][h] = scale_pair(sv);
               bi[c][h] = bv | (bv << 16);
             }
-          if constexpr (X_EARLY) {
+          if constexpr (X_EARLY == 2) {  // this step's activations, landed with the stage
+            const unsigned char* xs =
+                ring + slot * STAGE_BYTES + W_STAGE + warp * M_ROWS * XP + u * 256 + 64 * t;
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; ++mt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i)
+                xa[mt][i] = 8 * mt + g < M_ROWS
+                                ? *reinterpret_cast<const uint4*>(xs + (8 * mt + g) * XP + 16 * i)
+                                : make_uint4(0, 0, 0, 0);
+            mma_math(wq, sc, bi, xa);
+            continue;
+          }
+          if constexpr (X_EARLY == 1) {
             dflash2_cp_async_wait<X_DEPTH - 1>();  // this step's copies have landed
             const int xs = ((st * SPS + u) % X_DEPTH) * XQ;
 #pragma unroll
@@ -190,11 +218,19 @@ BULK_PIPELINE = r"""  if constexpr (BULK) {
             dflash2_mbar_wait(empty + (st - LAG) % STAGES, ((st - LAG) / STAGES) & 1);
             copy_stage(next);
           }
+          // X_EARLY 2: warp 0's lanes copy the stage's rows of x, once lane 0 has found the
+          // slot free and set the bytes it expects (a copy a lane, not 32 from one lane)
+          if constexpr (X_EARLY == 2) {
+            if (warp == 0 && st >= LAG && next < N_ST) {
+              __syncwarp();
+              copy_x(next, lane, 32);
+            }
+          }
         }
       }
       if constexpr (ABLATE == 1) {
         if (sink == 0x9E3779B9u) acc[0][0][0] = 1.f;  // keeps the reads, and so the waits
       }
-      if constexpr (X_EARLY) dflash2_cp_async_wait<0>();
+      if constexpr (X_EARLY == 1) dflash2_cp_async_wait<0>();
     }
     __syncthreads();  // the partial sums below reuse the ring's memory"""

@@ -54,7 +54,12 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   // a row's bytes in a stage: padded for the banks when each row is its own copy; PACKED
   // weights land as one copy a stage, rows back to back (odd SPS keep the banks apart)
   constexpr int PITCH = SPS * 64 + (SPS % 2 == 0 && !PACKED ? 64 : 0);
-  constexpr int STAGE_BYTES = K_GROUPS * COLS * PITCH;
+  // X_EARLY 2 (with LEADER): a stage holds its K steps' activations after the weights, each
+  // K group's row (SPS * 256 B, one copy) XP bytes after the last: 16 B over a multiple of
+  // 128, so that rows g and g + 1 of a quarter warp's 16-byte reads fall on other banks
+  constexpr int W_STAGE = K_GROUPS * COLS * PITCH;
+  constexpr int XP = SPS * 256 + 16;
+  constexpr int STAGE_BYTES = W_STAGE + (X_EARLY == 2 ? K_GROUPS * M_ROWS * XP : 0);
   constexpr int SB_BYTES = COLS * ROW_GROUPS * 2;
   // BULK with X_EARLY: each lane's activations through a ring of X_DEPTH K steps after the
   // weights' (kernels.cuda_config.BULK_X_DEPTH sizes it)

@@ -54,7 +54,13 @@ warp has released it). With ``x_early`` the bulk pipeline copies each K step's a
 cp.async into a ring of 2 steps a lane (16 KiB a block more) instead of loading them into
 registers inside the step before: measured slower on an H100 (2026-12-05 16:48 UTC,
 bench/results/h100/bulk3_xring_1648: its math alone 17.8-18.2 us against 15.3-15.7), kept as a
-lever a sweep may name.
+lever a sweep may name. ``x_early`` = 2 (bulk 3 only) copies x with each stage instead: the
+stage's rows of x (a K group's row of M, unroll x 256 B, one bulk copy each, issued by warp
+0's lanes once its lane 0 has found the slot free) land after its weights on the same
+mbarrier, so the computing warps read x from shared memory and hold no next step's x in
+registers (nvcc for sm_90, gate/up at 2 stages: 71 registers against 92 at M=8, 81 against 132
+at M=16; the ring grows by the stages' x: 43 KiB a block at M=8, 5 an SM). Built 2026-12-05
+with no device lent: bit for bit on the CUDA emulator, untimed.
 
 ``hi_in_place`` = 1 (fp16 only) takes the high nibble of each byte where it lies (nibbles 1 and
 3 of each 16-bit half: bits 4-7, and 12-15 moved there by one shift of 8) into the mantissa of
@@ -115,7 +121,7 @@ CUDA_LAYOUT = "mma_weights_a"
 CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"),
                      group_multiple=32, positive=("n_tile", "k_groups", "unroll"),
                      param_choices=(("prefetch", (0, 1)), ("stages", (0, 2, 3, 4, 5, 6, 8)),
-                                    ("l2_prefetch", (128, 256)), ("x_early", (0, 1)),
+                                    ("l2_prefetch", (128, 256)), ("x_early", (0, 1, 2)),
                                     ("min_blocks", (0, 2, 3, 4, 5, 6)), ("bulk", (0, 1, 2, 3)),
                                     ("hi_in_place", (0, 1)), ("denorm", (0, 1, 2)),
                                     ("ablate", (0, 1, 2))),
