@@ -38,13 +38,14 @@ def test_the_plan_checks_every_point_and_carries_the_fastest_variant_into_the_ta
     assert (tmp_path / "chosen_table.json").exists() and (tmp_path / "ncu_cold.csv").exists()
 
 
+@pytest.mark.parametrize("points", ["bulk-vs-table", "bulk-x"])
 def test_the_timed_bulk_sweep_times_each_candidate_compiled_with_the_layout_made_at_load(
-        tmp_path):
-    """The plan's timed sweep of ``bulk-vs-table`` (``--chain --final-top 4 --time-each``):
-    every point bit-exact against its register twin (the stand-in reads packed w back), and
-    every final candidate timed compiled and in a chain, the bulk ones with w's layout made at
-    load as an input; the table's own tile (none to make) as well."""
-    res = rehearsal.rehearse_timed(tmp_path)
+        tmp_path, points):
+    """The plan's timed sweeps of ``bulk-vs-table`` and ``bulk-x`` (``--chain --final-top 4
+    --time-each``): every point bit-exact against its register twin (the stand-in reads packed
+    w back), and every final candidate timed compiled and in a chain, the bulk ones with w's
+    layout made at load as an input; the table's own tile (none to make) as well."""
+    res = rehearsal.rehearse_timed(tmp_path, points)
     assert res["rc"] == 0
     for key, e in res["shapes"].items():
         assert all(p.get("ok") and p["exact_vs_register"] for p in e["points"]), key
