@@ -7,10 +7,10 @@ The gate/up tile the next table ships on the H200 (bulk 3, 2 stages, denorm 2) h
 no CPU: its only checks before a device were its launch config and its machine code
 (tests/test_cuda_bulk.py). Each tile here must give its plain register pipeline's output bit
 for bit whether each copy lands as it is issued or only once every thread is blocked (a read
-before its wait then finds the bytes that were there before); shapes make every ring wrap
-(more stages of K than the ring holds). What it cannot find: a refill of a slot before every
-warp has read it, unless the executor's order of threads happens to show it (the warps keep
-step with each other at the mma's), and speed.
+before its wait then finds the bytes that were there before), and whether the warps keep step
+or one is held back until nothing else can run (a slot refilled before it has read it then
+shows); shapes make every ring wrap (more stages of K than the ring holds). What it cannot
+show is speed, or a race that neither schedule brings out.
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ def _weights(n: int, k: int, dt: str, spread: float = 0.25) -> QWeights:
     return QWeights.quantize(w, 64, 4, DTYPES[dt])
 
 
+# (order, copies): the executor's schedules. "lagging" holds each block's second warp back
+# until nothing else can run, so the others run ahead of it as far as the barriers let them.
+SCHEDULES = [(order, copies) for order in ("forward", "lagging") for copies in COPIES]
 BULK = [{"bulk": 1, "stages": 3}, {"bulk": 1, "stages": 2, "unroll": 2},
         {"bulk": 2, "stages": 4}, {"bulk": 2, "stages": 2, "unroll": 2},
         {"bulk": 3, "stages": 2}, {"bulk": 3, "stages": 3}, {"bulk": 3, "stages": 2, "unroll": 2},
@@ -63,8 +66,9 @@ SHAPES = ((4096, 4, 8, BULK), (4096, 4, 16, [BULK[i] for i in (0, 2, 4, 9, 10)])
 def test_every_bulk_pipeline_gives_the_register_pipelines_output_bit_for_bit(dt):
     """bulk 1 (a producer warp, a copy a row), 2 (packed w, a copy a stage) and 3 (packed, warp
     0's lane 0 the producer; with x_early 2, x copied with each stage by warp 0's lanes), with
-    the levers a sweep names on them, each copy landing as issued and as late as it can: the
-    plain register pipeline's output bit for bit, which holds the bounds; every ring wraps."""
+    the levers a sweep names on them, each copy landing as issued and as late as it can, with
+    every warp in step and with one held back: the plain register pipeline's output bit for
+    bit, which holds the bounds; every ring wraps."""
     ran = 0
     for k, k_groups, m, levers in SHAPES:
         qw, x = _weights(64, k, dt), _x(m, k, dt)
@@ -81,9 +85,9 @@ def test_every_bulk_pipeline_gives_the_register_pipelines_output_bit_for_bit(dt)
                 continue
             steps = k // 128 // k_groups // p["unroll"]
             assert cfg.shared_memory and steps > p["stages"], (p, steps)  # the ring wraps
-            for copies in COPIES:
-                y = launch.launch(NAME, x, qw, p, copies=copies)
-                assert mx.array_equal(y, y0).item(), (k, k_groups, m, lever, copies)
+            for order, copies in SCHEDULES:
+                y = launch.launch(NAME, x, qw, p, order, copies=copies)
+                assert mx.array_equal(y, y0).item(), (k, k_groups, m, lever, order, copies)
             ran += 1
     assert ran >= 20, ran
 
@@ -105,7 +109,7 @@ def _swept_bulk_tiles() -> list[tuple[str, dict]]:
 def test_the_planned_bulk_tiles_run_at_their_shapes_real_k():
     """The bulk tiles the next device calls time and bench, each at its shape's own K
     (gate/up 5120: 10 K steps a warp; down 17408: 17) over two column tiles, bf16 at M=8: the
-    register twin's output bit for bit, both ways a copy may land, and that twin within the
+    register twin's output bit for bit under every schedule, and that twin within the
     bounds. The candidate table's gate/up entry is among them."""
     tiles = _swept_bulk_tiles()
     assert ("gate_up", {"n_tile": 32, "k_groups": 4, "unroll": 1, "prefetch": 0, "bulk": 3,
@@ -119,13 +123,15 @@ def test_the_planned_bulk_tiles_run_at_their_shapes_real_k():
         y0 = launch.launch(NAME, x, qw, twin)
         f64, port = _errors(y0, x, qw, VARIANTS[NAME].portable(x, qw, twin), "bfloat16")
         assert f64 <= 1.0 and port <= 2.0, (shape, p, f64, port)
-        for copies in COPIES:
-            y = launch.launch(NAME, x, qw, p, copies=copies)
-            assert mx.array_equal(y, y0).item(), (shape, p, copies)
+        for order, copies in SCHEDULES:
+            y = launch.launch(NAME, x, qw, p, order, copies=copies)
+            assert mx.array_equal(y, y0).item(), (shape, p, order, copies)
 
 
 BODY = VARIANTS[NAME].CUDA_SOURCE
-# (what the source says, a mistake in its place, what the emulator says of it)
+# (what the source says, a mistake in its place, what the emulator says of it); each runs with
+# the copies landing as late as they can, but the refill before a warp has read, which runs
+# with the copies landing at once and the second warp held back.
 MISTAKES = {
     "no wait on a stage's copy": (
         "        if constexpr (ABLATE != 2) dflash2_mbar_wait(full + slot, (st / STAGES) & 1);\n",
@@ -150,21 +156,27 @@ MISTAKES = {
         "deadlock in threadgroup .* waiting on an mbarrier"),
     "the scales' barrier never initialised": (
         "      dflash2_mbar_init(sb_full, 1);\n", "", "before its mbarrier.init"),
+    "a slot refilled before every warp has read it": (
+        "            dflash2_mbar_wait(empty + (st - LAG) % STAGES, ((st - LAG) / STAGES) & 1);\n",
+        "", "deadlock in threadgroup .* waiting on an mbarrier"),
 }
 
 
 @pytest.mark.parametrize("mistake", MISTAKES)
 def test_a_bulk_pipeline_that_misses_a_wait_or_miscounts_is_caught(monkeypatch, mistake):
     """Each mistake, in the table's bulk tile (3, 2 stages) at gate/up's K, is refused with one
-    line naming it, when the copies land as late as they can: a read before its wait, a copy
-    no thread waits for, bytes the barrier never sees, a copy out of w or past the ring."""
+    line naming it: a read before its wait, a copy no thread waits for, bytes the barrier never
+    sees, a copy out of w or past the ring, a refill before the slot's readers are done (the
+    slot's barrier then completes twice before the held-back warp waits, and it waits on)."""
     source, wrong, found = MISTAKES[mistake]
     assert BODY.count(source) == 1, mistake
     monkeypatch.setattr(VARIANTS[NAME], "CUDA_SOURCE", BODY.replace(source, wrong))
     p = {"n_tile": 32, "k_groups": 4, "unroll": 1, "stages": 2, "bulk": 3}
     qw, x = _weights(64, 5120, "bfloat16"), _x(8, 5120, "bfloat16")
+    order, copies = (("lagging", "at_issue") if mistake.startswith("a slot refilled")
+                     else ("forward", "late"))
     with pytest.raises(EmulatorError, match=found) as e:
-        launch.launch(NAME, x, qw, p, copies="late")
+        launch.launch(NAME, x, qw, p, order, copies=copies)
     assert "\n" not in str(e.value)
 
 
@@ -206,6 +218,7 @@ def test_a_leader_that_refills_a_stage_later_is_still_right(monkeypatch):
     plain = {"n_tile": 32, "k_groups": 1, "unroll": 1}
     y0 = launch.launch(NAME, x, qw, plain)
     for stages in (2, 3):
-        for copies in COPIES:
-            y = launch.launch(NAME, x, qw, {**plain, "stages": stages, "bulk": 3}, copies=copies)
-            assert mx.array_equal(y, y0).item(), (stages, copies)
+        for order, copies in SCHEDULES:
+            y = launch.launch(NAME, x, qw, {**plain, "stages": stages, "bulk": 3}, order,
+                              copies=copies)
+            assert mx.array_equal(y, y0).item(), (stages, order, copies)

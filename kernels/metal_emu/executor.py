@@ -19,7 +19,10 @@ import numpy as np
 from kernels.metal_emu import glue, toolchain
 
 ENV_TIME_LIMIT = "DFLASH2_EMU_CPU_SECONDS"
-ORDERS = ("forward", "reverse")
+ORDERS = ("forward", "reverse", "lagging")
+# "lagging": forward, but each threadgroup's second SIMD group (a CUDA warp) runs only when no
+# other thread can: the others run ahead of it as far as the kernel's barriers let them
+LAGGING_SIMD_GROUP = 1
 # when a bulk copy (the CUDA emulator's) lands: as it is issued, or once every thread is blocked
 COPIES = ("at_issue", "late")
 _lock = threading.Lock()
@@ -51,8 +54,8 @@ def _runtime() -> ctypes.CDLL:
     lib.emu_launch.restype = ctypes.c_int
     lib.emu_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
                                ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint),
-                               ctypes.c_uint, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
-                               ctypes.c_void_p,
+                               ctypes.c_uint, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                               ctypes.c_void_p, ctypes.c_void_p,
                                ctypes.c_double, ctypes.c_char_p, ctypes.c_ulong]
     return lib
 
@@ -75,7 +78,9 @@ def launch(name: str, sig: glue.Signature, library: str, inputs: dict[str, Buffe
     ``cluster`` threadgroups along x run together as a CUDA thread-block cluster (the grid's
     threadgroups along x a multiple of it). ``order`` "reverse" runs the grid's last cluster
     first and a cluster's threadgroups from the highest rank: an output that must not depend
-    on which threadgroup comes first can be compared across the two orders. ``copies``
+    on which threadgroup comes first can be compared across the two orders; "lagging" runs
+    forward with each threadgroup's second SIMD group held back until nothing else can run (a
+    warp that reads a slot after the others: a refill before it has read shows). ``copies``
     "late" lands each bulk copy only once every thread of the cluster is blocked (a read of
     its bytes before the wait on its mbarrier then finds the old ones), "at_issue" at once (a
     refill of a slot before its readers are done then overwrites what they have yet to read)."""
@@ -126,6 +131,7 @@ def launch(name: str, sig: glue.Signature, library: str, inputs: dict[str, Buffe
             lo, hi = ctypes.c_void_p(), ctypes.c_void_p()
             lib["__emu_tg_bounds"](ctypes.byref(lo), ctypes.byref(hi))
             if rt.emu_launch(entry, hooks, args, g, t, int(cluster), order == "reverse",
+                             LAGGING_SIMD_GROUP if order == "lagging" else -1,
                              copies == "late", lo, hi,
                              _time_limit(), err, len(err)):
                 raise EmulatorError(f"{name}: {err.value.decode(errors='replace')}")

@@ -22,6 +22,8 @@
 // waiting thread blocks until its phase completes, and a bulk copy lands either at once or
 // (`copies_late`) only when every thread of the cluster is blocked: the latest a kernel can
 // observe, so a read of a slot before the wait on its barrier reads what was there before.
+// One SIMD group of each threadgroup may lag (`lag`): it runs only when nothing else can, so
+// the others run ahead of it as far as the kernel's barriers let them.
 //
 // Not thread-safe by design: one launch at a time per process (the Python side holds a lock).
 
@@ -100,6 +102,14 @@ struct Copy {
 };
 std::vector<Copy> g_copies;
 bool g_copies_late = false;
+// The SIMD group of each threadgroup that lags (-1: none): its lanes run only when every other
+// lane is blocked and nothing can be resolved, so the others run ahead of it as far as the
+// kernel lets them (a slot refilled before this group has read it is then read refilled).
+int g_lag = -1;
+
+bool lags(const Lane& l) {
+  return g_lag >= 0 && l.info.simdgroup_index_in_threadgroup == static_cast<unsigned>(g_lag);
+}
 
 void set_error(const char* message) {
   if (g_failed) return;
@@ -451,13 +461,18 @@ bool resolve_simd(Lane* lanes, unsigned nthreads) {
     // only the earliest call site in the source resolves now; the rest wait for the lanes that
     // will join them. (A collective reached by every lane after a divergent block that has one
     // of its own then runs with every lane, as on hardware.)
-    // (A lane still waiting on an mbarrier is left out, as a lane that has finished is: an mma
-    // resolved without it gives NaN, a wrong output, never a right one. resolve() lets every
-    // lane whose barrier has completed run first.)
+    // A lane waiting on an mbarrier, or still runnable (the lagging group's), has diverged too
+    // and will come to the collective the others wait at: the compiler reconverges the warp
+    // before an .aligned one (mma.sync), so they wait for it. resolve() lets every lane whose
+    // barrier has completed run first; if the lane never comes, the deadlock is reported.
     const void* first_site = nullptr;
-    for (unsigned i = lo; i < hi; ++i)
+    bool to_come = false;
+    for (unsigned i = lo; i < hi; ++i) {
+      to_come |= lanes[i].state == kRunnable || lanes[i].state == kWaitMbar;
       if (lanes[i].state == kWaitSimd && (!first_site || lanes[i].site < first_site))
         first_site = lanes[i].site;
+    }
+    if (to_come) continue;
     for (unsigned i = lo; i < hi; ++i) {
       Lane& l = lanes[i];
       if (l.state == kDone) continue;
@@ -559,10 +574,13 @@ bool resolve() {
   // The threadgroups' lanes are contiguous: the cluster is [0, last one's end).
   const unsigned end = g_groups.back().first + g_groups.back().nthreads;
   if (release_barrier(0, end, kWaitClusterBarrier)) return true;
-  // copies_late: a copy lands only when nothing else can move, one at a time: first the oldest
-  // whose mbarrier a thread waits on, else the oldest. Copies are not ordered among themselves
-  // on hardware either, so one that no thread waits for (a missing wait) lands last.
-  while (!g_copies.empty()) {
+  // copies_late: a copy lands only when nothing else can move (the lagging group included),
+  // one at a time: first the oldest whose mbarrier a thread waits on, else the oldest. Copies
+  // are not ordered among themselves on hardware either, so one that no thread waits for (a
+  // missing wait) lands last.
+  bool runnable = false;
+  for (unsigned i = 0; i < end; ++i) runnable |= g_lanes[i].state == kRunnable;
+  while (!runnable && !g_copies.empty()) {
     size_t pick = 0;
     for (size_t c = 0; c < g_copies.size() && !pick; ++c)
       for (unsigned i = 0; i < end; ++i)
@@ -661,19 +679,27 @@ void run_cluster(const unsigned first[3], const unsigned tg[3], const unsigned g
   if (g_cluster > 1)
     for (Group& g : g_groups) g.store.assign(g_tg_hi - g_tg_lo, static_cast<char>(0xFF));
   g_live = reverse ? g_cluster - 1 : 0;
-  for (;;) {
+  // One pass: every runnable lane runs until it blocks; `lagging` passes run the lagging SIMD
+  // group's lanes only, the others every other lane's. True when a lane ran.
+  auto pass = [&](bool lagging) {
+    bool ran = false;
     for (unsigned k = 0; k < g_cluster; ++k) {
       const unsigned r = reverse ? g_cluster - 1 - k : k;
       const Group& g = g_groups[r];
       for (unsigned u = g.nthreads; u-- > 0;) {
         Lane& l = g_lanes[g.first + u];
-        if (l.state != kRunnable) continue;
+        if (l.state != kRunnable || lags(l) != lagging) continue;
         make_live(r);
         g_cur = &l;
         to_lane(l);
         g_cur = nullptr;
+        ran = true;
       }
     }
+    return ran;
+  };
+  for (;;) {
+    pass(false);
     bool live = false;
     for (const Group& g : g_groups)
       for (unsigned t = g.first; t < g.first + g.nthreads; ++t) live |= g_lanes[t].state != kDone;
@@ -691,10 +717,11 @@ void run_cluster(const unsigned first[3], const unsigned tg[3], const unsigned g
       }
       return;
     }
-    if (!resolve()) {
-      if (!g_failed) deadlock();
-      siglongjmp(g_jmp, 1);
-    }
+    if (resolve()) continue;
+    // the lagging SIMD group runs only when nothing else can
+    if (!g_failed && g_lag >= 0 && pass(true)) continue;
+    if (!g_failed) deadlock();
+    siglongjmp(g_jmp, 1);
   }
 }
 
@@ -708,12 +735,13 @@ extern "C" {
 
 // Run one launch. Returns 0, or 1 with a one-line reason in `error`. `cluster` threadgroups
 // along x run together as a cluster (1: each alone); `reverse` runs the grid's last cluster
-// first, and each cluster's threadgroups from the highest rank; `copies_late` lands each bulk
-// copy only when every thread of the cluster is blocked, instead of as it is issued.
+// first, and each cluster's threadgroups from the highest rank; `lag` (>= 0) is a SIMD group of
+// each threadgroup that runs only when nothing else can; `copies_late` lands each bulk copy
+// only when every thread of the cluster is blocked, instead of as it is issued.
 int emu_launch(void (*entry)(void* const*), struct __emu_hooks_t* hooks, void* const* args,
                const unsigned grid[3], const unsigned tg[3], unsigned cluster, int reverse,
-               int copies_late, char* tg_lo, char* tg_hi, double cpu_seconds, char* error,
-               unsigned long error_len) {
+               int lag, int copies_late, char* tg_lo, char* tg_hi, double cpu_seconds,
+               char* error, unsigned long error_len) {
   g_tg_lo = tg_lo;
   g_tg_hi = tg_hi;
   hooks->lane = hook_lane;
@@ -731,6 +759,7 @@ int emu_launch(void (*entry)(void* const*), struct __emu_hooks_t* hooks, void* c
   hooks->bulk_copy = hook_bulk_copy;
   g_copies.clear();
   g_copies_late = copies_late != 0;
+  g_lag = lag;
   g_entry = entry;
   g_args = args;
   g_failed = false;
