@@ -29,7 +29,7 @@ from kernels.metal_emu.executor import COPIES, EmulatorError
 from kernels.qweights import QWeights
 from kernels.tiling import TilingError
 from kernels.variants import VARIANTS
-from tests.test_cuda_emulated import _errors, _x, cuda_limit_fits
+from tests.test_cuda_emulated import DTYPES, _errors, _x, cuda_limit_fits
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -37,7 +37,6 @@ import cuda_verify as cv
 import sweep_points as sp
 
 NAME = "mma_weights_a"
-DTYPES = {"bfloat16": mx.bfloat16, "float16": mx.float16}
 
 
 def _weights(n: int, k: int, dt: str, spread: float = 0.25) -> QWeights:
@@ -57,7 +56,7 @@ BULK = [{"bulk": 1, "stages": 3}, {"bulk": 1, "stages": 2, "unroll": 2},
         {"bulk": 3, "stages": 2, "x_early": 2, "unroll": 2}]
 # (K, k_groups, M, levers): every lever at 8 K steps a warp and M=8; at M=16 (two activation
 # tiles) and at M=4 with 2 K groups (rows of x neither copied nor read) the pipelines and x's
-# two rings. Each tile is its own clang build (a few seconds cold), so not every pair.
+# two rings. Each tile is a clang build of its own, so not every pair.
 SHAPES = ((4096, 4, 8, BULK), (4096, 4, 16, [BULK[i] for i in (0, 2, 4, 9, 10)]),
           (2048, 2, 4, [BULK[i] for i in (4, 10, 12)]))
 
@@ -100,7 +99,7 @@ def _swept_bulk_tiles() -> list[tuple[str, dict]]:
              for shape, pts in sp.SETS[name].items() for pt in pts
              if sp.as_params(pt).get("bulk")]
     chosen = json.loads((ROOT / "bench/results/h200/layouts_1853/chosen_table.json").read_text())
-    tiles += [(shape, {**e["params"]}) for e in chosen["entries"] if e["params"].get("bulk")
+    tiles += [(shape, e["params"]) for e in chosen["entries"] if e["params"].get("bulk")
               for shape in e["shapes"]]
     unique = {json.dumps([s, p], sort_keys=True): (s, p) for s, p in tiles}
     return list(unique.values())
