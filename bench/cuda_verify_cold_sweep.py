@@ -334,6 +334,7 @@ def main(argv=None) -> int:
                                                                    time.gmtime()),
            "method": {"batch": args.batch, "reps": args.reps,
                       "cold_target_bytes": cv.COLD_TARGET_BYTES},
+           "point_set": args.points,
            "profilers": cv.profilers()}
     if args.check_only:
         res["shapes"] = {}

@@ -3,7 +3,7 @@
     ncu --clock-control none --cache-control all -k regex:'qmm|qmv|dflash2' --csv \\
         --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \\
         python bench/cuda_verify_ncu.py [--cold-sweep DIR/cuda_verify_cold_sweep.json]
-                                        [--points] [--shapes ...] [--dtypes ...] [--ms 8]
+                                        [--points [SET]] [--shapes ...] [--dtypes ...] [--ms 8]
     python bench/cuda_verify_ncu.py --summarize ncu.csv > ncu.md
     ncu ... python bench/cuda_verify_ncu.py --rows DIR/cuda_verify.json > ncu_rows.csv
 
@@ -19,8 +19,9 @@ of a batch (each a different weight copy) may run concurrently, and a kernel tha
 fraction of the GPU looks faster there than it is alone.
 Launches are evaluated one at a time, in the order printed, so the CSV's rows map onto them.
 With --cold-sweep, the custom kernel also runs at the tile the cold sweep
-(bench/cuda_verify_cold_sweep.py) chose at M=8; with --points, at every tile of that sweep's
-POINTS (the isolated ranking of the whole sweep).
+(bench/cuda_verify_cold_sweep.py) chose at M=8; with --points, at every tile that sweep timed
+(the isolated ranking of the whole sweep), and with --points SET at every tile of a named set
+of bench/sweep_points.SETS.
 """
 
 from __future__ import annotations
@@ -295,10 +296,28 @@ def profile_rows(out: Path, res: dict, timeout: float, reps: int = 2) -> None:
         print(f"ncu {csv_name}: rc {rc}, {n} rows with stock and custom", flush=True)
 
 
+def point_tiles(given: str | None, cold: dict | None, shape: str, no_ring: bool = False,
+                no_bulk: bool = False) -> list[dict]:
+    """The tiles --points adds for a shape ("op/dtype"): those of the set given by name, else
+    every point the --cold-sweep JSON timed there (without one, the next set). A bare --points
+    once took the next set, not the sweep's bulk-x, and ncu timed out before reaching it
+    (2026-12-05 23:06, bench/results/h100/bulk_x_2303)."""
+    if given is None:
+        return []
+    op = shape.split("/")[0]
+    if given or cold is None:
+        return [sp.as_params(pt) for pt in
+                sp.selected(sp.SETS[given or "next"].get(op, []), no_ring, no_bulk)]
+    rows = ((cold.get("shapes") or {}).get(shape) or {}).get("points", [])
+    return [sp.tile_of(row) for row in rows]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cold-sweep", default=None)
-    ap.add_argument("--points", action="store_true")
+    ap.add_argument("--points", nargs="?", const="", default=None, metavar="SET",
+                    help="also every tile the --cold-sweep JSON timed, each alone (with no "
+                         "JSON, the next set), or every tile of SET (bench/sweep_points.SETS)")
     ap.add_argument("--no-ring", action="store_true", help="with --points: no cp.async ring tiles")
     ap.add_argument("--no-bulk", action="store_true",
                     help="with --points: no bulk pipeline tiles (h200.sh passes it when the "
@@ -327,6 +346,8 @@ def main(argv=None) -> int:
     sweep = json.loads((cv.ROOT / "bench" / "results" / "h200" / "cuda_verify.json").read_text())
     cold = json.loads(Path(args.cold_sweep).read_text()) if args.cold_sweep else None
     table = json.loads((cv.ROOT / "kernels" / "selection_table.json").read_text())
+    if args.points and args.points not in sp.SETS:
+        ap.error(f"--points {args.points}: no such set; the sets: {', '.join(sp.SETS)}")
     for op in args.shapes.split(","):
         k, n = cv.SHAPES[op]
         for dt_name in args.dtypes.split(","):
@@ -339,9 +360,8 @@ def main(argv=None) -> int:
             if best:
                 tiles.append(("cold-best", sp.tile_of(best)))
             tiles += [("tile", p) for p in (json.loads(args.tiles) if args.tiles else [])]
-            if args.points:
-                tiles += [("tile", sp.as_params(pt))
-                          for pt in sp.selected(sp.POINTS[op], args.no_ring, args.no_bulk)]
+            tiles += [("tile", p) for p in point_tiles(args.points, cold, f"{op}/{dt_name}",
+                                                       args.no_ring, args.no_bulk)]
             for label, p in tiles:
                 if cv.runs_plain(p, dt_name, magnitude):
                     # these weights would run it plain: its time would be the plain tile's

@@ -161,13 +161,12 @@ def _emulated(x, qw, params):
 def rehearse(out: Path, emulate: bool = False, point_m: int = 8, points: str = "next") -> dict:
     """Each step's outcome; raises nothing a step can report. ``emulate``: the check-only
     sweep's launches run the kernels' own bodies on the CUDA emulator instead of the stand-in
-    (every point at the real K, slow: minutes). ``points``: the set checked; a set other than
-    the next reaches ncu as ``--tiles``, as h200.sh's ``diagnose`` gives the cluster set."""
+    (every point at the real K, slow: minutes). ``points``: the set checked, which ncu
+    then times (a bare ``--points``: the tiles the sweep's JSON lists)."""
     import cuda_verify as cv
     import cuda_verify_cold_sweep as cs
     import cuda_verify_ncu as cvn
     import regen_sm90_table as regen
-    import sweep_points as sp
 
     from kernels import cuda
     from kernels.qweights import QWeights
@@ -189,9 +188,8 @@ def rehearse(out: Path, emulate: bool = False, point_m: int = 8, points: str = "
                 for key, e in shapes.items()}
             buf, _NAME_LAUNCHES = io.StringIO(), True
             with contextlib.redirect_stdout(buf):
-                chosen_tiles = (["--points"] if points == "next" else ["--tiles", json.dumps(
-                    [sp.as_params(pt) for pts in sp.SETS[points].values() for pt in pts])])
-                cvn.main([*chosen_tiles, "--no-bulk", "--ms", str(point_m), "--dtypes",
+                # a bare --points: the tiles the sweep above timed, whichever set it ran
+                cvn.main(["--points", "--no-bulk", "--ms", str(point_m), "--dtypes",
                           "bfloat16,float16", "--cold-sweep", str(sweep)])
             _NAME_LAUNCHES = False
             launches = _launches(buf.getvalue())

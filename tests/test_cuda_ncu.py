@@ -169,3 +169,30 @@ def test_the_issue_slots_use_is_read_where_the_run_measured_it(tmp_path):
     plain = tmp_path / "plain.csv"
     plain.write_text(text)
     assert "issue active" not in cvn.summarize(str(plain))
+
+
+def test_a_bare_points_times_the_tiles_the_cold_sweep_timed():
+    """--points after a sweep of the bulk-x set: the ncu run times those tiles alone, not the
+    next set's (which it once did, timing out before any of them: bulk_x_2303/README.md)."""
+    import json
+
+    import sweep_points as sp
+    cold = json.loads((ROOT / "bench/results/h100/bulk_x_2303/m8_cold_sweep.json").read_text())
+    want = {op: [sp.as_params(pt) for pt in sp.SETS["bulk-x"][op]] for op in ("gate_up", "down")}
+    for op, tiles in want.items():
+        got = cvn.point_tiles("", cold, f"{op}/bfloat16")
+        assert got == tiles and any(t.get("x_early") == 2 for t in got)
+    assert cvn.point_tiles(None, cold, "gate_up/bfloat16") == []
+    assert cvn.point_tiles("", cold, "vocab/bfloat16") == []  # a shape the sweep did not run
+    # named, or with no sweep to follow: that set, less what --no-ring leaves out
+    assert cvn.point_tiles("bulk-x", None, "down/float16") == want["down"]
+    nxt = cvn.point_tiles("", None, "gate_up/bfloat16", no_ring=True)
+    assert nxt == [sp.as_params(pt) for pt in sp.selected(sp.POINTS["gate_up"], no_ring=True)]
+    assert nxt != want["gate_up"]
+
+
+def test_an_unknown_points_set_is_refused(capsys):
+    with pytest.raises(SystemExit) as e:
+        cvn.main(["--points", "no-such-set", "--shapes", "gate_up"])
+    assert e.value.code == 2
+    assert "--points no-such-set: no such set" in capsys.readouterr().err
