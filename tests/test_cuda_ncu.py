@@ -5,6 +5,7 @@ Pure Python on committed ncu output: no GPU, no ncu."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import cuda_verify as cv
 import cuda_verify_ncu as cvn
+import sweep_points as sp
 from cuda_verify_report import ncu_chain_lines
 
 # The first ncu run (2026-12-03 18:38 UTC): bf16 at M=8, per shape stock, the shipped tile and the
@@ -174,9 +176,6 @@ def test_the_issue_slots_use_is_read_where_the_run_measured_it(tmp_path):
 def test_a_bare_points_times_the_tiles_the_cold_sweep_timed():
     """--points after a sweep of the bulk-x set: the ncu run times those tiles alone, not the
     next set's (which it once did, timing out before any of them: bulk_x_2303/README.md)."""
-    import json
-
-    import sweep_points as sp
     cold = json.loads((ROOT / "bench/results/h100/bulk_x_2303/m8_cold_sweep.json").read_text())
     want = {op: [sp.as_params(pt) for pt in sp.SETS["bulk-x"][op]] for op in ("gate_up", "down")}
     for op, tiles in want.items():
