@@ -325,6 +325,10 @@ def main(argv=None) -> int:
     # leave out): the module's sets stay as they are for whatever runs next in the process
     points = {op: selected(pts, args.no_ring, args.no_bulk)
               for op, pts in sp.SETS[args.points].items()}
+    missing = [op for op in args.shapes.split(",") if op not in points]
+    if missing:  # before minutes of device time go on the shapes it has
+        ap.error(f"--points {args.points} has no tiles for {', '.join(missing)}: pass --shapes "
+                 f"{','.join(points)}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

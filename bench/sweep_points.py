@@ -187,6 +187,17 @@ BULK_X = {"gate_up": [((32, 4, 1, 0, 2, 128, 2), {"bulk": 3, **DENORM_2}),
           "down": [((32, 4, 1, 0, 2, 128, 2), {"bulk": 3, **DENORM_2}),
                    ((16, 8, 1, 0, 2, 128, 2), {"bulk": 3, **DENORM_2}),
                    *BULK_VS_TABLE["down"][1:]]}
+# gate/up at M=16, each tile timed there (--point-m 16): bulk 3 with 2 stages (H100 23:04, alone
+# 40.7 us against 26.1 at M=8) takes 132 registers there, so 3 blocks an SM and 544 blocks in
+# 1.4 waves. min_blocks 4 caps it at 128 (nvcc 13: 4 bytes spilled; 1.03 waves), 5 at 96 (220
+# bytes spilled; one wave); n_tile 16 takes 106 (4 an SM, 1088 shorter blocks). Beside the
+# table's M=16 tile (32 x 4, unroll 1, x_early 1: 92 registers, 5 an SM) and it at denorm 2.
+BULK_M16 = {"gate_up": [((32, 4, 1, 0, 2), {"bulk": 3, **DENORM_2}),
+                        ((32, 4, 1, 0, 2, 128, 0, 4), {"bulk": 3, **DENORM_2}),
+                        ((32, 4, 1, 0, 2, 128, 0, 5), {"bulk": 3, **DENORM_2}),
+                        ((16, 4, 1, 0, 2), {"bulk": 3, **DENORM_2}),
+                        (32, 4, 1, 0, 0, 128, 1),
+                        ((32, 4, 1, 0, 0, 128, 1), DENORM_2)]}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}
@@ -294,7 +305,7 @@ BULK_SMOKE = (((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 4, 1, 0, 4), {"bulk": 2}),
 
 # Every set by the name ``--points`` takes (the sweep and the ncu run): the next, or a run's.
 SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm": BULK_DENORM,
-        "bulk-vs-table": BULK_VS_TABLE, "bulk-x": BULK_X,
+        "bulk-vs-table": BULK_VS_TABLE, "bulk-x": BULK_X, "bulk-m16": BULK_M16,
         "2026-12-05-bulk": BULK_TILES_2026_12_05, "2026-12-05-bulk3": BULK3_TILES_2026_12_05,
         "2026-12-05-bulk3-xring": BULK3_XRING_TILES_2026_12_05,
         "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,

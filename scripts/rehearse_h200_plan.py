@@ -105,20 +105,21 @@ def _stood_in(*extra: tuple):
         cuda.clear_caches()
 
 
-def rehearse_timed(out: Path, points: str = "bulk-vs-table") -> dict:
+def rehearse_timed(out: Path, points: str = "bulk-vs-table", point_m: int = 8) -> dict:
     """The timed sweep the plan runs on a packing set (``--chain --final-top 4 --time-each``),
     with the stand-in, which reads packed w back (so a bulk point is bit-exact against its
     register twin as on the device), and a made-up read ceiling (the real one sums 4 GiB): what
     it checks is plumbing only, every final candidate timed compiled with the layouts made at
-    load, not a time."""
+    load, not a time. ``point_m``: the M every point is checked and timed at, and the finals'."""
     import cuda_verify as cv
     import cuda_verify_cold_sweep as cs
 
     ceiling = (cv, "read_ceiling", lambda gib, reps: {"sum_read_only": {"Bps": 4e12}})
     copies = (cv, "COLD_TARGET_BYTES", 20e6)  # 3 copies of each shape's few columns
     with _stood_in(ceiling, copies), contextlib.redirect_stdout(io.StringIO()):
-        rc = cs.main(["--out", str(out), "--points", points, "--ms", "8", "--dtypes",
-                      "bfloat16", "--chain", "--final-top", "4", "--time-each",
+        rc = cs.main(["--out", str(out), "--points", points, "--ms", str(point_m),
+                      "--point-m", str(point_m), "--shapes", ",".join(cs.sp.SETS[points]),
+                      "--dtypes", "bfloat16", "--chain", "--final-top", "4", "--time-each",
                       "--no-ring", "--batch", "3", "--reps", "1", "--budget-s", "60"])
     return {"rc": rc, **json.loads((out / "cuda_verify_cold_sweep.json").read_text())}
 

@@ -62,3 +62,25 @@ def test_the_timed_bulk_sweep_times_each_candidate_compiled_with_the_layout_made
             assert c["timed"]["layouts_from_load"] == layout(c), (key, c)
         assert final["layouts_from_load"] == layout(final["params"]), key
         assert sum(bool(layout(c)) for c in cands) == len(cands) - 1  # all but the table's
+
+
+def test_the_m16_bulk_sweep_checks_and_times_every_point_at_m16(tmp_path):
+    """``bulk-m16`` (gate/up only) at ``--point-m 16``: each point bit-exact against its
+    register twin at M=16, and the finals timed at M=16, compiled and in a chain."""
+    res = rehearsal.rehearse_timed(tmp_path, "bulk-m16", point_m=16)
+    assert res["rc"] == 0 and list(res["shapes"]) == ["gate_up/bfloat16"]
+    (e,) = res["shapes"].values()
+    assert e["point_m"] == 16 and len(e["points"]) == len(sweep_points.BULK_M16["gate_up"])
+    assert all(p.get("ok") and p["exact_vs_register"] for p in e["points"])
+    (final,) = e["final"]
+    assert final["M"] == 16 and "custom_compiled_us" in final and "alone_custom_us" in final
+
+
+def test_a_sweep_of_a_set_without_a_shape_is_refused_before_it_starts(tmp_path, capsys):
+    import cuda_verify_cold_sweep as cs
+    with pytest.raises(SystemExit) as e:
+        cs.main(["--out", str(tmp_path), "--points", "bulk-m16", "--shapes", "gate_up,down"])
+    assert e.value.code == 2
+    assert "--points bulk-m16 has no tiles for down: pass --shapes gate_up" in (
+        capsys.readouterr().err)
+    assert not list(tmp_path.iterdir())
