@@ -63,6 +63,16 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     min_blocks, bulk = int(p.get("min_blocks", 0)), int(p.get("bulk", 0))
     hi_in_place, ablate = int(p.get("hi_in_place", 0)), int(p.get("ablate", 0))
     denorm = int(p.get("denorm", 0))
+    col_warps, cluster = int(p.get("col_warps", 1)), int(p.get("cluster", 1))
+    if (col_warps > 1 or cluster > 1) and (stages or bulk):
+        raise tiling.TilingError(f"{name}: col_warps and cluster take the register pipeline "
+                                 f"(stages=0, bulk=0), not stages={stages}, bulk={bulk}")
+    if k_groups % cluster:
+        raise tiling.TilingError(f"{name}: cluster={cluster} must divide k_groups={k_groups} "
+                                 f"(each block of a cluster takes as many K groups)")
+    if n % (n_tile * col_warps):
+        raise tiling.TilingError(f"{name} does not tile N={n} with n_tile={n_tile} x "
+                                 f"col_warps={col_warps}: a block's columns must divide N")
     if denorm and hi_in_place:
         raise tiling.TilingError(f"{name}: denorm and hi_in_place are two ways to take the "
                                  f"nibbles; a tile takes one")
@@ -87,6 +97,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                 "X_EARLY": x_early if x_early == 2 else bool(x_early),
                 "HI_IN_PLACE": bool(hi_in_place), "DENORM": denorm, "BULK": bool(bulk),
                 "PACKED": packs_weights(p), "LEADER": bulk == 3, "ABLATE": ablate,
+                "COL_WARPS": col_warps, "CLUSTER": cluster,
                 "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"}
     if bulk:
         return _bulk_config(name, m, k, n, group_size, dtype, template, min_blocks)
@@ -97,8 +108,32 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
         raise tiling.TilingError(
             f"{name} does not tile M={m}, K={k}, N={n}, {dtype}, group_size={group_size} with "
             f"{p}: its cp.async ring ({ring} B) exceeds the 48 KiB of static shared memory")
+    if col_warps > 1 or cluster > 1:
+        return _shared_x_config(name, m, n, n_tile, k_groups, dtype, template, min_blocks)
     return LaunchConfig(template, (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype,
                         min_blocks)
+
+
+def _shared_x_config(name: str, m: int, n: int, n_tile: int, k_groups: int, dtype: str,
+                     template: dict, min_blocks: int) -> LaunchConfig:
+    """``col_warps`` W and ``cluster`` S: a block of W x (k_groups / S) warps, W column tiles
+    side by side over the same K groups (so its warps read the same activations, one L2 read
+    for W tiles' use), and S blocks of a cluster taking a column tile's K groups in rank order.
+    The grid: N / (n_tile x W) clusters of S blocks. Each warp's work and the order of the sums
+    are those of the plain (n_tile, k_groups) tile, so its output is that tile's bit for bit."""
+    col_warps, cluster = template["COL_WARPS"], template["CLUSTER"]
+    threads = 32 * col_warps * (k_groups // cluster)
+    where = f"{name} with n_tile={n_tile}, k_groups={k_groups}, col_warps={col_warps}, " \
+            f"cluster={cluster}"
+    if threads > tiling.MAX_THREADS["cuda"]:
+        raise tiling.TilingError(f"{where}: {threads} threads a block exceed "
+                                 f"{tiling.MAX_THREADS['cuda']}")
+    partial = (k_groups // cluster) * 8 * -(-m // 8) * n_tile * col_warps * 4
+    if partial > tiling.MEMORY["cuda"][0]:
+        raise tiling.TilingError(f"{where}: its partial sums ({partial} B) exceed the 48 KiB "
+                                 f"of static shared memory")
+    blocks = n // (n_tile * col_warps) * cluster
+    return LaunchConfig(template, blocks * threads, threads, dtype, min_blocks, cluster=cluster)
 
 
 def _batch_unroll(want: int, group_steps: int) -> int:

@@ -6,13 +6,14 @@ Kept apart because the source is most of the variant's lines; ``mma_weights_a`` 
 
 from kernels.variants._cuda_common import (
     ABLATE_WORD,
-    BATCH_DRIVER,
     BULK_HEADER,
     C_TILE_SUMS,
+    CLUSTER_HEADER,
     CP_ASYNC_HEADER,
     MMA_HEADER,
-    MMA_LANES,
     MMA_TILE_CONSTANTS,
+    batch_driver,
+    mma_lanes,
 )
 from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 from kernels.variants._dequant_cuda import DEQUANT_HEADER, NIBBLE_HEADER
@@ -27,13 +28,57 @@ from kernels.variants._mma_weights_a_bulk_cuda import BULK_PIPELINE
 # dflash2_dequant_denorm; 2: also one shift a word), BULK (the producer
 # warp's ring of STAGES stages of UNROLL steps in dynamic shared memory), PACKED (with BULK: w
 # packed so that a block's stage is one contiguous copy), LEADER (with PACKED: no producer warp,
-# warp 0's lane 0 issues each stage's one copy), K, N, GS, IS_BF16; type T.
+# warp 0's lane 0 issues each stage's one copy), COL_WARPS (register pipeline: warps of a block
+# on COL_WARPS column tiles side by side over the same K group, so they read the same activations
+# at once), CLUSTER (register pipeline: a cluster of CLUSTER blocks takes a column tile's K
+# groups in rank order, adding their sums in order through distributed shared memory), K, N, GS,
+# IS_BF16; type T.
 # Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for
 # columns n0 + g and n0 + g + 8 one 16-byte load each (4 packed words), and the same 32
 # activations of row g (and g + 8 for a second B tile). Word i of those 4 feeds two mma steps;
 # in each, the lane's k-slots (2t, 2t+1, 2t+8, 2t+9) hold the word's nibbles (0, 4, 1, 5) and
 # then (2, 6, 3, 7), and the activations are paired the same way with PRMT, so A and B agree
 # on every k and the dot products are those of the contract.
+# The sums of a block whose warps sit on COL_WARPS column tiles side by side (warp w: tile
+# w % COL_WARPS, the block's K group row w / COL_WARPS) and whose cluster's blocks split K: each
+# warp's C tile into ``part[row][m][tile's columns]``, then every output summed over the K
+# groups in order (across the cluster, through distributed shared memory: block 0's rows first),
+# which are the float adds of the plain K_GROUPS tile of the same n_tile, bit for bit.
+C_TILE_SUMS_SHARED = r"""    auto part = reinterpret_cast<float (*)[PROWS][BCOLS]>(smem);
+    const int cw = (warp % COL_WARPS) * COLS;
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; ++mt)
+#pragma unroll
+      for (int c = 0; c < COL_TILES; ++c) {
+        part[warp / COL_WARPS][8 * mt + 2 * t][cw + 16 * c + g] = acc[mt][c][0];
+        part[warp / COL_WARPS][8 * mt + 2 * t + 1][cw + 16 * c + g] = acc[mt][c][1];
+        part[warp / COL_WARPS][8 * mt + 2 * t][cw + 16 * c + g + 8] = acc[mt][c][2];
+        part[warp / COL_WARPS][8 * mt + 2 * t + 1][cw + 16 * c + g + 8] = acc[mt][c][3];
+      }
+    const int y_base = (blockIdx.x / CLUSTER) * BCOLS;
+    if constexpr (CLUSTER == 1) {
+      __syncthreads();
+      for (int e = threadIdx.x; e < M_ROWS * BCOLS; e += blockDim.x) {
+        const int m = e / BCOLS, col = e % BCOLS;
+        float total = part[0][m][col];
+#pragma unroll
+        for (int h = 1; h < K_GROUPS; ++h) total += part[h][m][col];  // groups in order
+        y[m * N + y_base + col] = static_cast<T>(total);
+      }
+    } else {
+      dflash2_cluster_sync();  // every block's partial sums written
+      for (int e = rank * blockDim.x + threadIdx.x; e < M_ROWS * BCOLS;
+           e += CLUSTER * blockDim.x) {
+        const int m = e / BCOLS, col = e % BCOLS;
+        float total = dflash2_cluster_load(&part[0][m][col], 0);
+#pragma unroll
+        for (int h = 1; h < K_GROUPS; ++h)
+          total += dflash2_cluster_load(&part[h % BLOCK_GROUPS][m][col], h / BLOCK_GROUPS);
+        y[m * N + y_base + col] = static_cast<T>(total);
+      }
+      dflash2_cluster_sync();  // no block leaves while another still reads its shared memory
+    }
+"""
 CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   constexpr int CT2 = 2 * COL_TILES;  // weight rows a lane loads per K step
   // Shared memory: the cp.async ring (STAGES > 0) and, after the K loop, the K groups' partial
@@ -44,7 +89,9 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   constexpr int RING_X = STAGES * K_GROUPS * XQ * 32;   // 16-byte activation chunks
   constexpr int RING_S = RING_W;                        // 4-byte scale (and bias) words
   constexpr int RING_BYTES = (RING_W + RING_X) * 16 + 2 * RING_S * 4;
-  constexpr int PARTIAL_BYTES = K_GROUPS * PROWS * COLS * 4;
+  constexpr int BLOCK_GROUPS = K_GROUPS / CLUSTER;  // a block's K groups (a warp row each)
+  constexpr int BCOLS = COL_WARPS * COLS;          // a block's columns
+  constexpr int PARTIAL_BYTES = BLOCK_GROUPS * PROWS * BCOLS * 4;
   constexpr int SMEM_BYTES =
       BULK ? 16 : (RING_BYTES > PARTIAL_BYTES ? RING_BYTES : PARTIAL_BYTES);
   __shared__ __align__(16) unsigned char smem[SMEM_BYTES];
@@ -65,7 +112,12 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   // weights' (kernels.cuda_config.BULK_X_DEPTH sizes it)
   constexpr int X_DEPTH = 2;
   extern __shared__ __align__(128) unsigned char dsmem[];
-""" + MMA_LANES + r"""
+""" + mma_lanes("(blockIdx.x / CLUSTER) * COL_WARPS + (threadIdx.x >> 5) % COL_WARPS") + r"""
+  // The warp's K group: its row of the block's warps, after the K groups of the cluster's
+  // blocks of lower rank (COL_WARPS = CLUSTER = 1: the warp itself).
+  int rank = 0;
+  if constexpr (CLUSTER > 1) rank = int(dflash2_cluster_rank());
+  const int kgroup = rank * BLOCK_GROUPS + warp / COL_WARPS;
   // Lane bases: the lane's first row (g) and K offset; other rows and steps are offsets from
   // them, so a step's addresses are one add and immediates (indexing from the row each time
   // cost ~35 integer instructions a K step: 64-bit products and sign extensions per row).
@@ -242,7 +294,7 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
     auto load = [&](Batch& b, int s0) {
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) {
-        const int step = warp * GROUP_STEPS + s0 + u;
+        const int step = kgroup * GROUP_STEPS + s0 + u;
         const int grp = (step * 128 + 32 * t) / GS;
         const uint32_t* wp = w_lane + step * 16;
 #pragma unroll
@@ -263,11 +315,13 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
         if constexpr (X_EARLY) load_x(b.xa[u], step);
       }
     };
-""" + BATCH_DRIVER + r"""  }
+""" + batch_driver("kgroup") + r"""  }
 
   // C tile: rows are output columns (g, g + 8), columns are activation rows (2t, 2t + 1).
-  auto partial = reinterpret_cast<float (*)[PROWS][COLS]>(
-      BULK ? dsmem + 128 + 2 * SB_BYTES : smem);
-""" + C_TILE_SUMS
+  if constexpr (COL_WARPS == 1 && CLUSTER == 1) {
+    auto partial = reinterpret_cast<float (*)[PROWS][COLS]>(
+        BULK ? dsmem + 128 + 2 * SB_BYTES : smem);
+""" + C_TILE_SUMS + r"""  } else {
+""" + C_TILE_SUMS_SHARED + "  }\n"
 CUDA_HEADER = (_CUDA_HEADER + MMA_HEADER + NIBBLE_HEADER + CP_ASYNC_HEADER + BULK_HEADER
-               + DEQUANT_HEADER)
+               + DEQUANT_HEADER + CLUSTER_HEADER)

@@ -93,6 +93,18 @@ fp16's even pairs are q x 2^-24, so their scale is times 2^24, finite only below
 most weights' fp16 scales exceed (the bench's: 0.0085 on gate/up), where the launch falls back
 to the plain path as above. bf16's limit stays 2^-5.
 
+``col_warps`` = W > 1 (register pipeline) puts W column tiles side by side in a block over the
+same K groups: warp w takes tile w % W of the block's W x n_tile columns and K group w / W. Each
+K step's activations are then read by W warps at once, so L1 serves all but the first read (the
+plain tile reads the 8 activation rows once per n_tile columns: on gate/up at M=8, 44 MB from L2
+beside the 50 MB of weights, and x's loads were where bulk 3's warps waited most:
+bench/results/h100/bulk3_stalls_1632). ``cluster`` = S > 1 (sm_90) splits the K groups among a
+thread-block cluster of S blocks (``__cluster_dims__``) that add their sums in order through
+distributed shared memory, as mma_group_sums' ``cluster`` does, so a block can hold one K group
+of W tiles and the grid keeps its blocks. Every warp does the plain (n_tile, k_groups) tile's
+warp's work, and the sums are added in the same order, so the output is that tile's bit for
+bit.
+
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
 
@@ -109,7 +121,7 @@ NAME = "mma_weights_a"
 ROWS = None  # 1..16
 DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0, "stages": 0,
             "l2_prefetch": 128, "x_early": 0, "min_blocks": 0, "bulk": 0, "hi_in_place": 0,
-            "denorm": 0, "ablate": 0}
+            "denorm": 0, "ablate": 0, "col_warps": 1, "cluster": 1}
 METAL_SOURCE = None
 HEADER = ""
 CUDA_LAYOUT = "mma_weights_a"
@@ -124,7 +136,8 @@ CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"
                                     ("l2_prefetch", (128, 256)), ("x_early", (0, 1, 2)),
                                     ("min_blocks", (0, 2, 3, 4, 5, 6)), ("bulk", (0, 1, 2, 3)),
                                     ("hi_in_place", (0, 1)), ("denorm", (0, 1, 2)),
-                                    ("ablate", (0, 1, 2))),
+                                    ("ablate", (0, 1, 2)), ("col_warps", (1, 2, 4, 8)),
+                                    ("cluster", (1, 2, 4, 8))),
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
 
