@@ -198,6 +198,27 @@ BULK_M16 = {"gate_up": [((32, 4, 1, 0, 2), {"bulk": 3, **DENORM_2}),
                         ((16, 4, 1, 0, 2), {"bulk": 3, **DENORM_2}),
                         (32, 4, 1, 0, 0, 128, 1),
                         ((32, 4, 1, 0, 0, 128, 1), DENORM_2)]}
+# Added 2026-12-07: mma_weights_a's ``col_warps`` W and ``cluster`` S, so that x is read once
+# for W column tiles (L1 serves the W warps of a block, which read the same activations at
+# once): the plain tiles read the 8 activation rows once per n_tile columns, 44 MB of L2 reads
+# on gate/up and 89 MB on down at M=8 beside 50 MB of weights, and x's loads are what the
+# warps waited on most (bench/results/h100/bulk3_stalls_1632). The K groups go to a cluster's
+# blocks (one each at S = k_groups), so gate/up keeps 544 blocks of 4 warps and down takes
+# 320-640 blocks of 2-8 warps; every point is its plain (n_tile, k_groups) tile bit for bit
+# (the CUDA emulator), so the table's goldens hold. nvcc 13 for sm_90, bf16 M=8 at denorm 2:
+# gate/up 32 x 4 u2 at W 4 S 4 96 registers (the plain tile 95), 16 x 4 u2 at W 4 S 4 63;
+# down 16 x 8 u1 p1 at W 4 S 8 64, 32 x 8 u2 at W 4 S 8 66, 16 x 8 u2 at W 8 S 8 48. Beside
+# the table's bf16 M=8 tiles (gate/up's register tile at denorm 2, down's group sums).
+def _xs(pt: tuple, col_warps: int, cluster: int) -> tuple:
+    return (pt, {**DENORM_2, "col_warps": col_warps, "cluster": cluster})
+
+
+XSHARE = {"gate_up": [_xs((32, 4, 2, 0, 0), 4, 4), _xs((32, 4, 2, 0, 0), 2, 4),
+                      _xs((32, 4, 1, 1, 0), 4, 4), _xs((16, 4, 2, 0, 0), 4, 4),
+                      _xs((16, 4, 2, 0, 0), 2, 1), ((32, 4, 2, 0, 0), DENORM_2)],
+          "down": [_xs((16, 8, 1, 1, 0), 4, 8), _xs((32, 8, 2, 0, 0), 4, 8),
+                   _xs((32, 8, 2, 0, 0), 2, 8), _xs((16, 8, 2, 0, 0), 8, 8),
+                   _xs((16, 8, 1, 0, 0), 4, 8), ((16, 8, 1, 1, 0), {**GSUMS, **LATE})]}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}
@@ -306,6 +327,7 @@ BULK_SMOKE = (((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 4, 1, 0, 4), {"bulk": 2}),
 # Every set by the name ``--points`` takes (the sweep and the ncu run): the next, or a run's.
 SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm": BULK_DENORM,
         "bulk-vs-table": BULK_VS_TABLE, "bulk-x": BULK_X, "bulk-m16": BULK_M16,
+        "xshare": XSHARE,
         "2026-12-05-bulk": BULK_TILES_2026_12_05, "2026-12-05-bulk3": BULK3_TILES_2026_12_05,
         "2026-12-05-bulk3-xring": BULK3_XRING_TILES_2026_12_05,
         "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,

@@ -50,7 +50,7 @@ FAVOURED_AS = {"next": "mma_group_sums", "denorm": "mma_weights_a denorm"}
 def described(variant: str, params: dict) -> str:
     """A chosen tile as the rehearsal names it: its variant, and ``denorm`` where it has it."""
     return variant + (" denorm" if params.get("denorm") else "")
-COLUMNS = {"gate_up": 1088, "down": 320}  # N a shape keeps: whole tiles of 16, 32 and 64
+COLUMNS = {"gate_up": 1152, "down": 384}  # N a shape keeps: whole tiles of 16 to 128 (col_warps)
 
 
 # While the ncu run's launches are made, each stand-in launch prints its kernel's name, so the
