@@ -219,6 +219,16 @@ XSHARE = {"gate_up": [_xs((32, 4, 2, 0, 0), 4, 4), _xs((32, 4, 2, 0, 0), 2, 4),
           "down": [_xs((16, 8, 1, 1, 0), 4, 8), _xs((32, 8, 2, 0, 0), 4, 8),
                    _xs((32, 8, 2, 0, 0), 2, 8), _xs((16, 8, 2, 0, 0), 8, 8),
                    _xs((16, 8, 1, 0, 0), 4, 8), ((16, 8, 1, 1, 0), {**GSUMS, **LATE})]}
+# The same lever at M=16 (--point-m 16), where x is twice the bytes (gate/up ~89 MB of L2 reads
+# at one read a 32-column tile) and M=16 costs 1.37-1.47x M=8: the table's bf16 M=16 tiles
+# (gate/up 32 x 4 u1 x_early, down 32 x 8 u2 x_early) at W 4 beside themselves. nvcc 13, bf16:
+# gate/up's at W 4 S 4 106 registers (plain 92; at denorm 2 102 against 95), 16 x 4 u2
+# denorm 2 72 (66); down 32 x 8 u1 x_early denorm 2 at W 4 S 8 102 (95).
+XSHARE_M16 = {"gate_up": [_xs((32, 4, 1, 0, 0, 128, 1), 4, 4), _xs((16, 4, 2, 0, 0), 4, 4),
+                          ((32, 4, 1, 0, 0, 128, 1), {"col_warps": 4, "cluster": 4}),
+                          (32, 4, 1, 0, 0, 128, 1)],
+              "down": [_xs((32, 8, 2, 0, 0, 128, 1), 4, 8), _xs((16, 8, 1, 1, 0), 4, 8),
+                       (32, 8, 2, 0, 0, 128, 1)]}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}
@@ -327,7 +337,7 @@ BULK_SMOKE = (((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 4, 1, 0, 4), {"bulk": 2}),
 # Every set by the name ``--points`` takes (the sweep and the ncu run): the next, or a run's.
 SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm": BULK_DENORM,
         "bulk-vs-table": BULK_VS_TABLE, "bulk-x": BULK_X, "bulk-m16": BULK_M16,
-        "xshare": XSHARE,
+        "xshare": XSHARE, "xshare-m16": XSHARE_M16,
         "2026-12-05-bulk": BULK_TILES_2026_12_05, "2026-12-05-bulk3": BULK3_TILES_2026_12_05,
         "2026-12-05-bulk3-xring": BULK3_XRING_TILES_2026_12_05,
         "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,
