@@ -94,8 +94,8 @@ def test_the_plain_tiles_constants_leave_their_kernel_as_it_was():
     # a warp on the K group of its column neighbour
     ("  const int kgroup = rank * BLOCK_GROUPS + warp / COL_WARPS;\n", None),
     # blocks that leave while another still reads their partial sums
-    ("      dflash2_cluster_sync();  // no block leaves while another still reads its shared "
-     "memory\n", "threads have all finished"),
+    (("      dflash2_cluster_sync();  // no block leaves while another still reads its shared "
+      "memory\n"), "threads have all finished"),
 ])
 def test_a_mistake_in_the_shared_x_epilogue_is_caught(monkeypatch, mutant, error):
     v = VARIANTS[NAME]
