@@ -312,14 +312,45 @@ C_TILE_STORE = r"""  if (warp < K_GROUPS)  // with BULK, warp K_GROUPS is the pr
       partial[warp][8 * mt + 2 * t + 1][16 * c + g + 8] = acc[mt][c][3];
     }
 """
-C_TILE_ADD = r"""  for (int e = threadIdx.x; e < M_ROWS * COLS; e += blockDim.x) {
-    const int m = e / COLS, col = e % COLS;
-    float total = partial[0][m][col];
+_TILE_ADD = r"""  for (int e = threadIdx.x; e < M_ROWS * @COLS@; e += blockDim.x) {
+    const int m = e / @COLS@, col = e % @COLS@;
+    float total = @PART@[0][m][col];
 #pragma unroll
-    for (int h = 1; h < K_GROUPS; ++h) total += partial[h][m][col];  // groups in order
-    y[m * N + n_base + col] = static_cast<T>(total);
+    for (int h = 1; h < K_GROUPS; ++h) total += @PART@[h][m][col];  // groups in order
+    y[m * N + @BASE@ + col] = static_cast<T>(total);
   }
 """
+# The same across a cluster's blocks: the tile's outputs shared among them, each summing every
+# K group in order from every block's ``part[BLOCK_GROUPS][PROWS][cols]`` through distributed
+# shared memory, block 0's groups first: the unclustered tile's float adds, bit for bit,
+# whichever block finished first (after the cluster's barrier; another before leaving).
+_CLUSTER_ADD = r"""    for (int e = rank * blockDim.x + threadIdx.x; e < M_ROWS * @COLS@; e += CLUSTER * blockDim.x) {
+      const int m = e / @COLS@, col = e % @COLS@;
+      float total = dflash2_cluster_load(&@PART@[0][m][col], 0);
+#pragma unroll
+      for (int h = 1; h < K_GROUPS; ++h)
+        total += dflash2_cluster_load(&@PART@[h % BLOCK_GROUPS][m][col], h / BLOCK_GROUPS);
+      y[m * N + @BASE@ + col] = static_cast<T>(total);
+    }
+"""
+
+
+def _named(text: str, part: str, cols: str, base: str) -> str:
+    return text.replace("@PART@", part).replace("@COLS@", cols).replace("@BASE@", base)
+
+
+def tile_add(part: str = "partial", cols: str = "COLS", base: str = "n_base") -> str:
+    """The block's K groups' sums of ``part`` added in order into y's ``cols`` columns from
+    ``base``."""
+    return _named(_TILE_ADD, part, cols, base)
+
+
+def cluster_add(part: str = "partial", cols: str = "COLS", base: str = "n_base") -> str:
+    """``tile_add`` across a cluster's blocks, in rank order (needs ``rank``, BLOCK_GROUPS)."""
+    return _named(_CLUSTER_ADD, part, cols, base)
+
+
+C_TILE_ADD = tile_add()
 C_TILE_SUMS = C_TILE_STORE + "  __syncthreads();\n" + C_TILE_ADD
 
 

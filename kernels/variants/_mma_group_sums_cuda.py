@@ -12,6 +12,7 @@ from kernels.variants._cuda_common import (
     MMA_HEADER,
     MMA_TILE_CONSTANTS,
     batch_driver,
+    cluster_add,
     mma_lanes,
 )
 from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
@@ -208,18 +209,7 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
     __syncthreads();
 """ + C_TILE_ADD + r"""  } else {
     dflash2_cluster_sync();  // every block's partial sums written
-    // The tile's outputs are shared among the cluster's blocks. Each sums every K group in
-    // order, block 0's groups first: the unclustered K_GROUPS tile's float adds, bit for bit,
-    // whichever block finished first.
-    for (int e = rank * blockDim.x + threadIdx.x; e < M_ROWS * COLS; e += CLUSTER * blockDim.x) {
-      const int m = e / COLS, col = e % COLS;
-      float total = dflash2_cluster_load(&partial[0][m][col], 0);
-#pragma unroll
-      for (int h = 1; h < K_GROUPS; ++h)
-        total += dflash2_cluster_load(&partial[h % BLOCK_GROUPS][m][col], h / BLOCK_GROUPS);
-      y[m * N + n_base + col] = static_cast<T>(total);
-    }
-    dflash2_cluster_sync();  // no block leaves while another still reads its shared memory
+""" + cluster_add() + r"""    dflash2_cluster_sync();  // no block leaves while another still reads its shared memory
   }
 """
 

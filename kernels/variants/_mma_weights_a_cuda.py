@@ -13,7 +13,9 @@ from kernels.variants._cuda_common import (
     MMA_HEADER,
     MMA_TILE_CONSTANTS,
     batch_driver,
+    cluster_add,
     mma_lanes,
+    tile_add,
 )
 from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 from kernels.variants._dequant_cuda import DEQUANT_HEADER, NIBBLE_HEADER
@@ -58,25 +60,9 @@ C_TILE_SUMS_SHARED = r"""    auto part = reinterpret_cast<float (*)[PROWS][BCOLS
     const int y_base = (blockIdx.x / CLUSTER) * BCOLS;
     if constexpr (CLUSTER == 1) {
       __syncthreads();
-      for (int e = threadIdx.x; e < M_ROWS * BCOLS; e += blockDim.x) {
-        const int m = e / BCOLS, col = e % BCOLS;
-        float total = part[0][m][col];
-#pragma unroll
-        for (int h = 1; h < K_GROUPS; ++h) total += part[h][m][col];  // groups in order
-        y[m * N + y_base + col] = static_cast<T>(total);
-      }
-    } else {
+""" + tile_add("part", "BCOLS", "y_base") + r"""    } else {
       dflash2_cluster_sync();  // every block's partial sums written
-      for (int e = rank * blockDim.x + threadIdx.x; e < M_ROWS * BCOLS;
-           e += CLUSTER * blockDim.x) {
-        const int m = e / BCOLS, col = e % BCOLS;
-        float total = dflash2_cluster_load(&part[0][m][col], 0);
-#pragma unroll
-        for (int h = 1; h < K_GROUPS; ++h)
-          total += dflash2_cluster_load(&part[h % BLOCK_GROUPS][m][col], h / BLOCK_GROUPS);
-        y[m * N + y_base + col] = static_cast<T>(total);
-      }
-      dflash2_cluster_sync();  // no block leaves while another still reads its shared memory
+""" + cluster_add("part", "BCOLS", "y_base") + r"""      dflash2_cluster_sync();  // no block leaves while another still reads its shared memory
     }
 """
 CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
