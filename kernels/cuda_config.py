@@ -70,6 +70,12 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     if k_groups % cluster:
         raise tiling.TilingError(f"{name}: cluster={cluster} must divide k_groups={k_groups} "
                                  f"(each block of a cluster takes as many K groups)")
+    x_share = int(p.get("x_share", 0))
+    if x_share and (cluster != k_groups or stages or bulk or x_early):
+        raise tiling.TilingError(f"{name}: x_share loads x for the block's one K group (cluster "
+                                 f"= k_groups) in the register pipeline without x_early, not "
+                                 f"cluster={cluster}, k_groups={k_groups}, stages={stages}, "
+                                 f"bulk={bulk}, x_early={x_early}")
     if n % (n_tile * col_warps):
         raise tiling.TilingError(f"{name} does not tile N={n} with n_tile={n_tile} x "
                                  f"col_warps={col_warps}: a block's columns must divide N")
@@ -97,7 +103,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                 "X_EARLY": x_early if x_early == 2 else bool(x_early),
                 "HI_IN_PLACE": bool(hi_in_place), "DENORM": denorm, "BULK": bool(bulk),
                 "PACKED": packs_weights(p), "LEADER": bulk == 3, "ABLATE": ablate,
-                "COL_WARPS": col_warps, "CLUSTER": cluster,
+                "COL_WARPS": col_warps, "CLUSTER": cluster, "X_SHARE": bool(x_share),
                 "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"}
     if bulk:
         return _bulk_config(name, m, k, n, group_size, dtype, template, min_blocks)
@@ -108,7 +114,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
         raise tiling.TilingError(
             f"{name} does not tile M={m}, K={k}, N={n}, {dtype}, group_size={group_size} with "
             f"{p}: its cp.async ring ({ring} B) exceeds the 48 KiB of static shared memory")
-    if col_warps > 1 or cluster > 1:
+    if col_warps > 1 or cluster > 1 or x_share:
         return _shared_x_config(name, m, n, n_tile, k_groups, dtype, template, min_blocks)
     return LaunchConfig(template, (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype,
                         min_blocks)
@@ -129,6 +135,7 @@ def _shared_x_config(name: str, m: int, n: int, n_tile: int, k_groups: int, dtyp
         raise tiling.TilingError(f"{where}: {threads} threads a block exceed "
                                  f"{tiling.MAX_THREADS['cuda']}")
     partial = (k_groups // cluster) * 8 * -(-m // 8) * n_tile * col_warps * 4
+    partial += 2 * m * 272 if template["X_SHARE"] else 0  # two slots of a K step's x
     if partial > tiling.MEMORY["cuda"][0]:
         raise tiling.TilingError(f"{where}: its partial sums ({partial} B) exceed the 48 KiB "
                                  f"of static shared memory")

@@ -35,7 +35,8 @@ TILES = [(1024, 8, {"n_tile": 16, "k_groups": 4, "unroll": 1}, 4, 4),
 def test_shared_x_tiles_give_their_plain_tiles_output_bit_for_bit(dt):
     """Each warp does the plain tile's warp's work and the K groups' sums are added in the
     plain order, across the cluster's blocks too: the output is the plain tile's, bit for bit,
-    with the grid forward or its last cluster (and a cluster's last block) first."""
+    with the grid forward or its last cluster (and a cluster's last block) first; x through shared
+    memory also with each block's second warp held back (``lagging``)."""
     for k, m, plain, col_warps, cluster in TILES:
         qw, x = _case(k, dt), _x(m, k, dt)
         levers = [plain] + ([{**plain, "denorm": 2}] if dt == "bfloat16" else [])
@@ -46,9 +47,12 @@ def test_shared_x_tiles_give_their_plain_tiles_output_bit_for_bit(dt):
             assert (cfg.cluster, cfg.threads, cfg.grid // cfg.threads) == (
                 cluster, 32 * col_warps * tile["k_groups"] // cluster,
                 N // (tile["n_tile"] * col_warps) * cluster)
-            for order in ("forward", "reverse"):
-                y = launch.launch(NAME, x, qw, shared, order)
-                assert mx.array_equal(y, y0).item(), (k, m, shared, order)
+            # x through shared memory takes one K group a block and no x_early
+            shares = (0, 1) if cluster == tile["k_groups"] and not tile.get("x_early") else (0,)
+            for x_share in shares:
+                for order in ("forward", "reverse", "lagging")[:2 + x_share]:
+                    y = launch.launch(NAME, x, qw, {**shared, "x_share": x_share}, order)
+                    assert mx.array_equal(y, y0).item(), (k, m, shared, x_share, order)
 
 
 def test_shared_x_tiles_add_the_k_groups_in_the_plain_order():
@@ -71,6 +75,8 @@ def test_shared_x_tiles_add_the_k_groups_in_the_plain_order():
     ({"cluster": 3}, "cluster"),
     ({"cluster": 8}, "cluster=8 must divide k_groups=4"),
     ({"col_warps": 8, "n_tile": 32}, "a block's columns must divide N"),
+    ({"x_share": 1, "cluster": 2}, "x_share loads x for the block's one K group"),
+    ({"x_share": 1, "cluster": 4, "x_early": 1}, "x_share"),
 ])
 def test_a_shared_x_tile_that_cannot_be_is_refused_with_one_line(params, found):
     with pytest.raises(TilingError, match=found) as e:
@@ -114,3 +120,36 @@ def test_a_mistake_in_the_shared_x_epilogue_is_caught(monkeypatch, mutant, error
     else:
         with pytest.raises(EmulatorError, match=error):
             launch.launch(NAME, x, qw, shared, "reverse")
+
+
+@pytest.mark.parametrize("mutant,wrong", [
+    # the lanes read their activations before every thread has stored its share
+    ("      __syncthreads();\n      if (step + 1 < (kgroup + 1) * GROUP_STEPS) xs_issue(step + 1);\n",
+     "      if (step + 1 < (kgroup + 1) * GROUP_STEPS) xs_issue(step + 1);\n"),
+    # the share of the step after next loaded
+    ("xs_issue(step + 1);", "xs_issue(step + 2);"),
+    # a thread's share stored one chunk off
+    ("(c % 16) * 16) = xr[j];", "((c + 1) % 16) * 16) = xr[j];"),
+    # one slot: a warp stores the next step's share over this step's before a held-back warp
+    # has read it (only the lagging order shows it: forward and reverse keep the warps in step)
+    ("(step & 1) * XS_SLOT", "0 * XS_SLOT"),
+])
+def test_a_mistake_in_sharing_x_is_caught(monkeypatch, mutant, wrong):
+    """x through shared memory, each mistake against the plain tile's output under some order of
+    the threads: a read before the barrier (the warps that run first read a slot the others have
+    not filled), the wrong step's share, a share stored in the wrong place, one slot for two
+    steps."""
+    v = VARIANTS[NAME]
+    assert v.CUDA_SOURCE.count(mutant) == 1, mutant
+    qw, x = _case(1024, "bfloat16"), _x(8, 1024, "bfloat16")
+    plain = {"n_tile": 16, "k_groups": 4, "unroll": 1}
+    y0 = launch.launch(NAME, x, qw, plain)
+    monkeypatch.setattr(v, "CUDA_SOURCE", v.CUDA_SOURCE.replace(mutant, wrong))
+    shared = {**plain, "col_warps": 4, "cluster": 4, "x_share": 1}
+    caught = []
+    for order in ("forward", "reverse", "lagging"):
+        try:
+            caught.append(not mx.array_equal(launch.launch(NAME, x, qw, shared, order), y0).item())
+        except EmulatorError:
+            caught.append(True)  # refused by the executor (e.g. a read past x): caught
+    assert any(caught), caught

@@ -34,7 +34,8 @@ from kernels.variants._mma_weights_a_bulk_cuda import BULK_PIPELINE
 # on COL_WARPS column tiles side by side over the same K group, so they read the same activations
 # at once), CLUSTER (register pipeline: a cluster of CLUSTER blocks takes a column tile's K
 # groups in rank order, adding their sums in order through distributed shared memory), K, N, GS,
-# IS_BF16; type T.
+# IS_BF16, X_SHARE (with one K group a block: x through shared memory, loaded by the block's
+# threads together one K step ahead); type T.
 # Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for
 # columns n0 + g and n0 + g + 8 one 16-byte load each (4 packed words), and the same 32
 # activations of row g (and g + 8 for a second B tile). Word i of those 4 feeds two mma steps;
@@ -78,8 +79,14 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   constexpr int BLOCK_GROUPS = K_GROUPS / CLUSTER;  // a block's K groups (a warp row each)
   constexpr int BCOLS = COL_WARPS * COLS;          // a block's columns
   constexpr int PARTIAL_BYTES = BLOCK_GROUPS * PROWS * BCOLS * 4;
+  // X_SHARE: two slots of one K step's activations (rows XS_PITCH bytes apart: 256 and 16, so
+  // that rows g and g + 1 of a quarter warp's 16-byte reads fall on other banks), after the
+  // partial sums, which the last step's readers may still overlap
+  constexpr int XS_PITCH = 272;
+  constexpr int XS_SLOT = M_ROWS * XS_PITCH;
+  constexpr int XS_BYTES = X_SHARE ? 2 * XS_SLOT : 0;
   constexpr int SMEM_BYTES =
-      BULK ? 16 : (RING_BYTES > PARTIAL_BYTES ? RING_BYTES : PARTIAL_BYTES);
+      BULK ? 16 : (RING_BYTES > PARTIAL_BYTES + XS_BYTES ? RING_BYTES : PARTIAL_BYTES + XS_BYTES);
   __shared__ __align__(16) unsigned char smem[SMEM_BYTES];
   // BULK: the ring lives in dynamic shared memory (kernels.cuda sizes it: bulk_smem_bytes):
   // [mbarriers, 128 B][scales of the block's rows][biases][STAGES stages of weights].
@@ -123,13 +130,48 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   };
   // The lane's activations of one K step (row g, + 8; zeros past M) from global memory (read by
   // every warp: L1/L2 hits).
+  // X_SHARE (one K group a block): the block's threads load a K step's activations together,
+  // 16 bytes a thread (XS_PER chunks), one step ahead, into registers ``xr``; at the step they
+  // go to shared memory, a barrier, and each lane reads its own from there, so x is read once a
+  // block from L2 and its latency lies under the step before's math. Two slots: a slot is
+  // written again two steps on, after every warp has passed the barrier between.
+  constexpr int XS_CHUNKS = M_ROWS * 16;
+  constexpr int XS_PER = X_SHARE ? (XS_CHUNKS + 32 * COL_WARPS - 1) / (32 * COL_WARPS) : 1;
+  [[maybe_unused]] uint4 xr[XS_PER];
+  [[maybe_unused]] auto xs_issue = [&](int step) {
+#pragma unroll
+    for (int j = 0; j < XS_PER; ++j) {
+      const int c = int(threadIdx.x) + j * 32 * COL_WARPS;
+      if (c < XS_CHUNKS)
+        xr[j] = reinterpret_cast<const uint4*>(x + (c / 16) * K + step * 128)[c % 16];
+    }
+  };
   auto load_x = [&](uint4 (&xa)[M_TILES][4], int step) {
+    if constexpr (X_SHARE) {
+      unsigned char* slot = smem + PARTIAL_BYTES + (step & 1) * XS_SLOT;
 #pragma unroll
-    for (int mt = 0; mt < M_TILES; ++mt) {
-      const int row = 8 * mt + g;
-      const uint4* xp = reinterpret_cast<const uint4*>(x_lane + 8 * mt * K + step * 128);
+      for (int j = 0; j < XS_PER; ++j) {
+        const int c = int(threadIdx.x) + j * 32 * COL_WARPS;
+        if (c < XS_CHUNKS)
+          *reinterpret_cast<uint4*>(slot + (c / 16) * XS_PITCH + (c % 16) * 16) = xr[j];
+      }
+      __syncthreads();
+      if (step + 1 < (kgroup + 1) * GROUP_STEPS) xs_issue(step + 1);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) xa[mt][i] = row < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        const int row = 8 * mt + g;
+        const uint4* xp = reinterpret_cast<const uint4*>(slot + row * XS_PITCH + 64 * t);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) xa[mt][i] = row < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
+      }
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        const int row = 8 * mt + g;
+        const uint4* xp = reinterpret_cast<const uint4*>(x_lane + 8 * mt * K + step * 128);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) xa[mt][i] = row < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
+      }
     }
   };
   // One K step's math: per word 2 dequantized A tiles per column tile and 2 mma per activation
@@ -301,6 +343,7 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
         if constexpr (X_EARLY) load_x(b.xa[u], step);
       }
     };
+    if constexpr (X_SHARE) xs_issue(kgroup * GROUP_STEPS);  // the first step's share
 """ + batch_driver("kgroup") + r"""  }
 
   // C tile: rows are output columns (g, g + 8), columns are activation rows (2t, 2t + 1).

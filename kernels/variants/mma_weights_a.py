@@ -103,7 +103,12 @@ thread-block cluster of S blocks (``__cluster_dims__``) that add their sums in o
 distributed shared memory, as mma_group_sums' ``cluster`` does, so a block can hold one K group
 of W tiles and the grid keeps its blocks. Every warp does the plain (n_tile, k_groups) tile's
 warp's work, and the sums are added in the same order, so the output is that tile's bit for
-bit.
+bit. ``x_share`` = 1 (one K group a block: ``cluster`` = ``k_groups``) does not leave the
+sharing to L1: the block's threads load each K step's activations together, 16 bytes a thread,
+one step ahead into registers, and at the step store them to shared memory (two slots), meet at
+the block's barrier and read their own from there: x read once a block from L2, its latency
+under the step before's math, the same values into the same mma, so the output is again the
+plain tile's bit for bit.
 
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
@@ -121,7 +126,7 @@ NAME = "mma_weights_a"
 ROWS = None  # 1..16
 DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0, "stages": 0,
             "l2_prefetch": 128, "x_early": 0, "min_blocks": 0, "bulk": 0, "hi_in_place": 0,
-            "denorm": 0, "ablate": 0, "col_warps": 1, "cluster": 1}
+            "denorm": 0, "ablate": 0, "col_warps": 1, "cluster": 1, "x_share": 0}
 METAL_SOURCE = None
 HEADER = ""
 CUDA_LAYOUT = "mma_weights_a"
@@ -137,7 +142,7 @@ CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"
                                     ("min_blocks", (0, 2, 3, 4, 5, 6)), ("bulk", (0, 1, 2, 3)),
                                     ("hi_in_place", (0, 1)), ("denorm", (0, 1, 2)),
                                     ("ablate", (0, 1, 2)), ("col_warps", (1, 2, 4, 8)),
-                                    ("cluster", (1, 2, 4, 8))),
+                                    ("cluster", (1, 2, 4, 8)), ("x_share", (0, 1))),
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
 
