@@ -209,14 +209,21 @@ BULK_M16 = {"gate_up": [((32, 4, 1, 0, 2), {"bulk": 3, **DENORM_2}),
 # gate/up 32 x 4 u2 at W 4 S 4 96 registers (the plain tile 95), 16 x 4 u2 at W 4 S 4 63;
 # down 16 x 8 u1 p1 at W 4 S 8 64, 32 x 8 u2 at W 4 S 8 66, 16 x 8 u2 at W 8 S 8 48. Beside
 # the table's bf16 M=8 tiles (gate/up's register tile at denorm 2, down's group sums).
-def _xs(pt: tuple, col_warps: int, cluster: int) -> tuple:
-    return (pt, {**DENORM_2, "col_warps": col_warps, "cluster": cluster})
+# ``x_share`` 1 (x through shared memory, loaded by the block's threads one K step ahead, one
+# barrier a step: x read once a block whether L1 merges the warps' reads or not) on the first
+# points of each shape (nvcc 13, bf16 M=8: gate/up 32 x 4 u2 98 registers, u1 p1 96; down
+# 16 x 8 u1 p1 71, 32 x 8 u2 78).
+def _xs(pt: tuple, col_warps: int, cluster: int, x_share: int = 0) -> tuple:
+    return (pt, {**DENORM_2, "col_warps": col_warps, "cluster": cluster,
+                 **({"x_share": 1} if x_share else {})})
 
 
-XSHARE = {"gate_up": [_xs((32, 4, 2, 0, 0), 4, 4), _xs((32, 4, 2, 0, 0), 2, 4),
+XSHARE = {"gate_up": [_xs((32, 4, 2, 0, 0), 4, 4), _xs((32, 4, 2, 0, 0), 4, 4, 1),
+                      _xs((32, 4, 1, 1, 0), 4, 4, 1), _xs((32, 4, 2, 0, 0), 2, 4),
                       _xs((32, 4, 1, 1, 0), 4, 4), _xs((16, 4, 2, 0, 0), 4, 4),
                       _xs((16, 4, 2, 0, 0), 2, 1), ((32, 4, 2, 0, 0), DENORM_2)],
-          "down": [_xs((16, 8, 1, 1, 0), 4, 8), _xs((32, 8, 2, 0, 0), 4, 8),
+          "down": [_xs((16, 8, 1, 1, 0), 4, 8), _xs((16, 8, 1, 1, 0), 4, 8, 1),
+                   _xs((32, 8, 2, 0, 0), 4, 8), _xs((32, 8, 2, 0, 0), 4, 8, 1),
                    _xs((32, 8, 2, 0, 0), 2, 8), _xs((16, 8, 2, 0, 0), 8, 8),
                    _xs((16, 8, 1, 0, 0), 4, 8), ((16, 8, 1, 1, 0), {**GSUMS, **LATE})]}
 # The same lever at M=16 (--point-m 16), where x is twice the bytes (gate/up ~89 MB of L2 reads
@@ -224,10 +231,12 @@ XSHARE = {"gate_up": [_xs((32, 4, 2, 0, 0), 4, 4), _xs((32, 4, 2, 0, 0), 2, 4),
 # (gate/up 32 x 4 u1 x_early, down 32 x 8 u2 x_early) at W 4 beside themselves. nvcc 13, bf16:
 # gate/up's at W 4 S 4 106 registers (plain 92; at denorm 2 102 against 95), 16 x 4 u2
 # denorm 2 72 (66); down 32 x 8 u1 x_early denorm 2 at W 4 S 8 102 (95).
-XSHARE_M16 = {"gate_up": [_xs((32, 4, 1, 0, 0, 128, 1), 4, 4), _xs((16, 4, 2, 0, 0), 4, 4),
+XSHARE_M16 = {"gate_up": [_xs((32, 4, 1, 0, 0, 128, 1), 4, 4), _xs((32, 4, 1, 1, 0), 4, 4, 1),
+                          _xs((16, 4, 2, 0, 0), 4, 4),
                           ((32, 4, 1, 0, 0, 128, 1), {"col_warps": 4, "cluster": 4}),
                           (32, 4, 1, 0, 0, 128, 1)],
-              "down": [_xs((32, 8, 2, 0, 0, 128, 1), 4, 8), _xs((16, 8, 1, 1, 0), 4, 8),
+              "down": [_xs((32, 8, 2, 0, 0, 128, 1), 4, 8), _xs((32, 8, 2, 0, 0), 4, 8, 1),
+                       _xs((16, 8, 1, 1, 0), 4, 8),
                        (32, 8, 2, 0, 0, 128, 1)]}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
