@@ -134,11 +134,11 @@ def _shared_x_config(name: str, m: int, n: int, n_tile: int, k_groups: int, dtyp
     if threads > tiling.MAX_THREADS["cuda"]:
         raise tiling.TilingError(f"{where}: {threads} threads a block exceed "
                                  f"{tiling.MAX_THREADS['cuda']}")
-    partial = (k_groups // cluster) * 8 * -(-m // 8) * n_tile * col_warps * 4
-    partial += 2 * m * 272 if template["X_SHARE"] else 0  # two slots of a K step's x
-    if partial > tiling.MEMORY["cuda"][0]:
-        raise tiling.TilingError(f"{where}: its partial sums ({partial} B) exceed the 48 KiB "
-                                 f"of static shared memory")
+    smem = (k_groups // cluster) * 8 * -(-m // 8) * n_tile * col_warps * 4  # partial sums
+    smem += 2 * m * 272 if template["X_SHARE"] else 0  # two slots of a K step's x (XS_PITCH)
+    if smem > tiling.MEMORY["cuda"][0]:
+        raise tiling.TilingError(f"{where}: its partial sums and x's slots ({smem} B) exceed "
+                                 f"the 48 KiB of static shared memory")
     blocks = n // (n_tile * col_warps) * cluster
     return LaunchConfig(template, blocks * threads, threads, dtype, min_blocks, cluster=cluster)
 

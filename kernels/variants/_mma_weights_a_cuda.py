@@ -128,8 +128,6 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
     const uint32_t s2 = sv | (sv << 16);
     return DENORM ? dflash2_denorm_scale<IS_BF16, DENORM>(s2) : s2;
   };
-  // The lane's activations of one K step (row g, + 8; zeros past M) from global memory (read by
-  // every warp: L1/L2 hits).
   // X_SHARE (one K group a block): the block's threads load a K step's activations together,
   // 16 bytes a thread (XS_PER chunks), one step ahead, into registers ``xr``; at the step they
   // go to shared memory, a barrier, and each lane reads its own from there, so x is read once a
@@ -146,6 +144,8 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
         xr[j] = reinterpret_cast<const uint4*>(x + (c / 16) * K + step * 128)[c % 16];
     }
   };
+  // The lane's activations of one K step (row g, + 8; zeros past M): from global memory (read by
+  // every warp: L1/L2 hits), or with X_SHARE from the step's slot.
   auto load_x = [&](uint4 (&xa)[M_TILES][4], int step) {
     if constexpr (X_SHARE) {
       unsigned char* slot = smem + PARTIAL_BYTES + (step & 1) * XS_SLOT;
