@@ -1,6 +1,6 @@
-"""mma_weights_a's ``col_warps`` and ``cluster`` (x read once for several column tiles), run on
-this CPU by the CUDA emulator: every such tile is its plain (n_tile, k_groups) register tile bit
-for bit, in either order of the grid's clusters and blocks, and its mistakes are caught.
+"""mma_weights_a's ``col_warps``, ``cluster`` and ``x_share`` (x read once for several column
+tiles), run on this CPU by the CUDA emulator: every such tile is its plain (n_tile, k_groups)
+register tile bit for bit, in every order of the threads tried, and its mistakes are caught.
 
 Shapes are small but take every path: N = 64 holds 4 column tiles of 16 or 2 of 32, K = 1024
 gives warps 4 and 2 K steps at 2 and 4 K groups, M = 16 two activation tiles.
