@@ -49,6 +49,13 @@ def _mma_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
                         (n // 8) * 32 * k_groups, 32 * k_groups, dtype)
 
 
+def _check_cluster(name: str, cluster: int, k_groups: int) -> None:
+    """A cluster's blocks take a column tile's K groups in equal shares, in rank order."""
+    if k_groups % cluster:
+        raise tiling.TilingError(f"{name}: cluster={cluster} must divide k_groups={k_groups} "
+                                 f"(each block of a cluster takes as many K groups)")
+
+
 def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype: str,
                       p: dict) -> LaunchConfig:
     """``unroll`` shrinks to the largest of 4, 2, 1 (with ``bulk``: of any count) not above
@@ -67,9 +74,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     if (col_warps > 1 or cluster > 1) and (stages or bulk):
         raise tiling.TilingError(f"{name}: col_warps and cluster take the register pipeline "
                                  f"(stages=0, bulk=0), not stages={stages}, bulk={bulk}")
-    if k_groups % cluster:
-        raise tiling.TilingError(f"{name}: cluster={cluster} must divide k_groups={k_groups} "
-                                 f"(each block of a cluster takes as many K groups)")
+    _check_cluster(name, cluster, k_groups)
     x_share = int(p.get("x_share", 0))
     if x_share and (cluster != k_groups or stages or bulk or x_early):
         raise tiling.TilingError(f"{name}: x_share loads x for the block's one K group (cluster "
@@ -159,9 +164,7 @@ def _group_sums_config(name: str, m: int, k: int, n: int, group_size: int, dtype
             f"of 128 (group sizes {', '.join(map(str, VARIANTS[name].GROUP_SIZES))})")
     n_tile, k_groups = int(p["n_tile"]), int(p["k_groups"])
     cluster = int(p.get("cluster", 1))
-    if k_groups % cluster:
-        raise tiling.TilingError(f"{name}: cluster={cluster} must divide k_groups={k_groups} "
-                                 f"(each block of a cluster takes as many K groups)")
+    _check_cluster(name, cluster, k_groups)
     unroll = _batch_unroll(int(p["unroll"]), k // 128 // k_groups)
     template = {"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups, "UNROLL": unroll,
                 "PREFETCH": bool(int(p["prefetch"])), "X_EARLY": bool(int(p["x_early"])),
