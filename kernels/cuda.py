@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
@@ -24,6 +25,7 @@ from kernels.cuda_config import (  # noqa: F401 - the launch's config, re-export
     params_key,
     vector_width,
 )
+from kernels import tiling
 from kernels.dispatch import dtype_name
 from kernels.qweights import QWeights
 from kernels.variants import VARIANTS
@@ -55,6 +57,38 @@ def _build(name: str, header: str, shared_memory: int = 0):
     )
 
 
+# Where a cluster tile's evidence lies: the probe that found the hazard and its records.
+CLUSTER_HAZARD_RECORD = "bench/results/h100/xshare_0830"
+
+
+def cuda_graphs_on() -> bool:
+    """Whether MLX batches launches into CUDA graphs: its ``MLX_USE_CUDA_GRAPHS``, an integer
+    (on unless 0). A value MLX would not read as an integer counts as on, the case to fear."""
+    try:
+        return int(os.environ.get("MLX_USE_CUDA_GRAPHS", "1").strip()) != 0
+    except ValueError:
+        return True
+
+
+def refuse_cluster_under_graphs(name: str, cluster: int) -> None:
+    """A thread-block cluster (``__cluster_dims__``, given at compile time: MLX's custom
+    kernels take no cluster attribute) is refused while MLX's CUDA graphs are on. MLX 0.32.4
+    reuses an instantiated graph for any graph of the same key and updates its kernels in
+    place, and the key names a kernel node's cluster size from the node's launch attribute
+    only, which is 0 for ours. After a batch of clustered launches, stock QMM in the same
+    process ran at the launch floor (3.6 against 42 us) with wrong output, and the clustered
+    launches overwrote their own inputs (x's last 2048 values, the scales' last 16384): an
+    H100, 2026-12-07 08:30-08:50 (CLUSTER_HAZARD_RECORD). With MLX_USE_CUDA_GRAPHS=0 the
+    same runs changed nothing. So a clustered tile is for measurement with graphs off; the
+    runtime falls back to stock (a TilingError, as for a tile that cannot tile)."""
+    if cluster > 1 and cuda_graphs_on():
+        raise tiling.TilingError(
+            f"{name}: cluster={cluster} needs MLX_USE_CUDA_GRAPHS=0: MLX's CUDA graph cache "
+            f"keys a kernel by its launch attribute's cluster size, not the kernel's "
+            f"__cluster_dims__, and a graph updated across the two corrupts other launches "
+            f"({CLUSTER_HAZARD_RECORD})")
+
+
 # Variants whose CUDA source reads scales and biases as 16-bit words of the activation type
 # (``reinterpret_cast<const uint16_t*>``, decoded by IS_BF16): they must arrive in that dtype.
 # The others read them through ``static_cast<float>`` of their own type, in any dtype.
@@ -79,6 +113,7 @@ class Launcher:
     def __init__(self, name: str, m: int, k: int, n: int, group_size: int, dtype: mx.Dtype,
                  params: tuple):
         cfg = config_of(name, m, k, n, group_size, dtype_name(dtype), params)
+        refuse_cluster_under_graphs(name, cfg.cluster)
         act = getattr(mx, cfg.activation)
         self.name = name
         self.header = kernel_header(name, cfg)

@@ -93,6 +93,10 @@ def build_table(data: dict) -> Table:
         if params.get("ablate"):  # a measurement of a kernel with a part taken out: wrong output
             raise ValueError(f"selection table entry {i}: ablate={params['ablate']} is a "
                              "measurement, never a kernel to select")
+        if int(params.get("cluster", 1)) > 1:  # kernels.cuda.refuse_cluster_under_graphs
+            raise ValueError(f"selection table entry {i}: cluster={params['cluster']} runs only "
+                             "with MLX's CUDA graphs off, which the runtime does not set: "
+                             "a clustered tile is a measurement, never a kernel to select")
         if int(e["bits"]) != CUSTOM_BITS and e["variant"] != "stock":
             raise ValueError(f"selection table entry {i}: {e['variant']} unpacks "
                              f"{CUSTOM_BITS}-bit weights, not {e['bits']}-bit")

@@ -119,6 +119,11 @@ def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict,
         repacked = {t: _compiled_over_eager(shape_sweep, key[2], full, t) for t in good
                     if packs_weights(dict(t))}
         good -= {t for t, r in repacked.items() if r is None or r > COMPILED_OVER_EAGER}
+        clustered = {t for t in good if int(dict(t).get("cluster", 1)) > 1}
+        good -= clustered  # kernels.cuda.refuse_cluster_under_graphs: never selectable
+        if clustered & set(times[key]):
+            record.setdefault("refused_clustered", {})[label] = sorted(
+                (dict(t) for t in clustered & set(times[key])), key=str)
         tiles = {t: statistics.median(v) for t, v in times[key].items()
                  if t in good or t == shipped}
         refused = [{"params": dict(t), "compiled_over_eager": r} for t, r in repacked.items()

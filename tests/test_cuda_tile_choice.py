@@ -380,3 +380,25 @@ def test_the_h100_18_30_choice_on_its_own_records_takes_the_2_stage_bulk_tile(tm
         return [(e["variant"], e.get("params")) for e in table["entries"]]
     assert tiles(json.loads(out.read_text())) == tiles(json.loads(
         (rec / "choice_1830" / "chosen_table.json").read_text()))
+
+
+def test_a_clustered_tile_is_never_chosen_even_when_fastest_alone():
+    """kernels.cuda.refuse_cluster_under_graphs: a clustered tile runs only with MLX's CUDA
+    graphs off. The H100's ncu run of the x-sharing points (2026-12-07 08:52, graphs off), with
+    the clustered gate_up tile made the fastest by hand: the plain tile is still chosen."""
+    run = ROOT / "bench" / "results" / "h100" / "xshare_0830" / "graphs_off_0850"
+    launches = [{**k, "us": cvn.duration_us(k)} for k in cvn.parse(
+        (run / "ncu_cold.csv").read_text())]
+    clustered = [k for k in launches if k["label"].startswith("gate_up bfloat16 M=8 tile")
+                 and "'cluster': 4" in k["label"]]
+    assert clustered and all(k["us"] > 24 for k in clustered)  # as measured: all slower
+    for k in clustered:
+        k["us"] = 1.0
+    cold = json.loads((run / "cuda_verify_cold_sweep.json").read_text())
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    new, rec = choice.choose_tiles(table, launches, cold, SWEPT, "ncu_cold.csv")
+    c = rec["choices"]["gate_up/bfloat16/8"]
+    assert "cluster" not in c.get("chosen", {}), c
+    assert all(p["cluster"] == 4 for p in rec["refused_clustered"]["gate_up/bfloat16/8"])
+    from kernels.selection import build_table
+    build_table(new)  # the chosen table loads: no clustered entry
