@@ -15,6 +15,7 @@ from types import MappingProxyType
 
 import mlx.core as mx
 
+from kernels import tiling
 from kernels.cuda_config import (  # noqa: F401 - the launch's config, re-exported
     MAX_DYNAMIC_SMEM,
     LaunchConfig,
@@ -25,7 +26,6 @@ from kernels.cuda_config import (  # noqa: F401 - the launch's config, re-export
     params_key,
     vector_width,
 )
-from kernels import tiling
 from kernels.dispatch import dtype_name
 from kernels.qweights import QWeights
 from kernels.variants import VARIANTS
