@@ -78,7 +78,7 @@ def refuse_cluster_under_graphs(name: str, cluster: int) -> None:
     only, which is 0 for ours. After a batch of clustered launches, stock QMM in the same
     process ran at the launch floor (3.6 against 42 us) with wrong output, and the clustered
     launches overwrote their own inputs (x's last 2048 values, the scales' last 16384): an
-    H100, 2026-12-07 08:30-08:50 (CLUSTER_HAZARD_RECORD). With MLX_USE_CUDA_GRAPHS=0 the
+    H100, 2026-12-07 08:30-08:42 (CLUSTER_HAZARD_RECORD). With MLX_USE_CUDA_GRAPHS=0 the
     same runs changed nothing. So a clustered tile is for measurement with graphs off; the
     runtime falls back to stock (a TilingError, as for a tile that cannot tile)."""
     if cluster > 1 and cuda_graphs_on():

@@ -384,9 +384,9 @@ def test_the_h100_18_30_choice_on_its_own_records_takes_the_2_stage_bulk_tile(tm
 
 def test_a_clustered_tile_is_never_chosen_even_when_fastest_alone():
     """kernels.cuda.refuse_cluster_under_graphs: a clustered tile runs only with MLX's CUDA
-    graphs off. The H100's ncu run of the x-sharing points (2026-12-07 08:52, graphs off), with
+    graphs off. The H100's ncu run of the x-sharing points (2026-12-07 08:42, graphs off), with
     the clustered gate_up tile made the fastest by hand: the plain tile is still chosen."""
-    run = ROOT / "bench" / "results" / "h100" / "xshare_0830" / "graphs_off_0850"
+    run = ROOT / "bench" / "results" / "h100" / "xshare_0830" / "graphs_off_0840"
     launches = [{**k, "us": cvn.duration_us(k)} for k in cvn.parse(
         (run / "ncu_cold.csv").read_text())]
     clustered = [k for k in launches if k["label"].startswith("gate_up bfloat16 M=8 tile")
