@@ -108,6 +108,7 @@ POINTS_2026_12_05 = {
 # columns is the mma's least): its shipped tile at S = 2 and 4 is 640 / 1280 blocks of 4 / 2
 # warps (at most 5 / 10 an SM against 4.85 / 9.70); gate/up fp16's shipped tile at S = 2 and 4,
 # 1088 / 2176 blocks of 2 / 1 warps. Checked and timed alone by h200.sh's ``diagnose``.
+# Since 2026-12-07 these run only with MLX_USE_CUDA_GRAPHS=0 (as the xshare sets below).
 CLUSTERED = {
     "gate_up": [((32, 4, 1, 0, 0, 128, 1), {**GSUMS, "cluster": 2}),
                 ((32, 4, 1, 0, 0, 128, 1), {**GSUMS, "cluster": 4})],
@@ -213,6 +214,10 @@ BULK_M16 = {"gate_up": [((32, 4, 1, 0, 2), {"bulk": 3, **DENORM_2}),
 # barrier a step: x read once a block whether L1 merges the warps' reads or not) on the first
 # points of each shape (nvcc 13, bf16 M=8: gate/up 32 x 4 u2 98 registers, u1 p1 96; down
 # 16 x 8 u1 p1 71, 32 x 8 u2 78).
+# Timed on an H100 on 2026-12-07 (bench/results/h100/xshare_0830): alone, every point was slower
+# than its plain tile, and the L2 bytes rose. A point with cluster > 1 runs only with
+# MLX_USE_CUDA_GRAPHS=0 (kernels.cuda.refuse_cluster_under_graphs); with graphs on, its row
+# records the refusal.
 def _xs(pt: tuple, col_warps: int, cluster: int, x_share: int = 0) -> tuple:
     return (pt, {**DENORM_2, "col_warps": col_warps, "cluster": cluster,
                  **({"x_share": 1} if x_share else {})})
