@@ -327,9 +327,12 @@ case "$cmd" in
       NCU_LIGHT=1 NCU_TAG=_balanced NCU_DTYPES=bfloat16,float16 OUT=$OUT/balanced \
         bash "$0" ncucold --shapes gate_up --ms 8 --reps 2 --tiles "$(tiles balanced)" \
         || echo "diagnose: balanced rc $?"
-      SWEEP_OUT=/tmp/h200res/cluster BENCH_TIMEOUT=150 bash "$0" coldsweep --check-only \
-        --points cluster --ms 8 --no-ring --no-bulk || echo "diagnose: cluster check rc $?"
-      NCU_LIGHT=1 NCU_TAG=_cluster NCU_DTYPES=bfloat16,float16 OUT=$OUT/cluster \
+      # clustered launches only with MLX's CUDA graphs off (kernels.cuda's
+      # refuse_cluster_under_graphs; bench/results/h100/xshare_0830)
+      MLX_USE_CUDA_GRAPHS=0 SWEEP_OUT=/tmp/h200res/cluster BENCH_TIMEOUT=150 bash "$0" coldsweep \
+        --check-only --points cluster --ms 8 --no-ring --no-bulk \
+        || echo "diagnose: cluster check rc $?"
+      MLX_USE_CUDA_GRAPHS=0 NCU_LIGHT=1 NCU_TAG=_cluster NCU_DTYPES=bfloat16,float16 OUT=$OUT/cluster \
         bash "$0" ncucold --shapes gate_up,down --ms 8 --reps 2 --tiles "$(tiles cluster)" \
         || echo "diagnose: cluster rc $?"
     fi
