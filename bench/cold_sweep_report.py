@@ -7,6 +7,15 @@ from cuda_verify_report import cell
 from sweep_points import COLUMNS, candidate_timed
 
 
+def broken_line(key: str, broken: dict) -> str:
+    """A shape whose run changed the device's state (bench/device_state): its figures are
+    not to be trusted, and the report says so above them."""
+    what = ", ".join(f"{k} ({v['count']} of {v['of']} values)" for k, v in broken.items()
+                     if isinstance(v, dict))
+    return (f"**{key}: the device's state broke {broken.get('when', '')}: {what} changed. "
+            "Its figures are not to be trusted (bench/results/h100/xshare_0830).**\n")
+
+
 def render(res: dict) -> str:
     c = res.get("read_ceiling_Bps")
     ceiling = (f"Read-only ceiling (sum over 4 GiB) in the same run: **{c / 1e12:.2f} TB/s**. "
@@ -30,6 +39,8 @@ def render(res: dict) -> str:
               "custom µs | alone % | ulps vs portable | ulps vs f64 (stock) |"),
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, e in res["shapes"].items():
+        if e.get("state_broken"):
+            lines.insert(6, broken_line(key, e["state_broken"]))
         for r in e["final"]:
             if "params" not in r:
                 continue

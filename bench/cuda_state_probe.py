@@ -18,39 +18,20 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cuda_verify as cv
+import device_state
 import mlx.core as mx
 from cuda_timing import device_us
 from sweep_points import SETS, as_params, launch
 
 
-def host(a: mx.array) -> np.ndarray:
-    return np.array(a.astype(mx.float32) if a.dtype in (mx.bfloat16,) else a)
-
-
-def changed(now: np.ndarray, before: np.ndarray) -> dict | bool:
-    """True where nothing changed, else where and to what: a write past an output's end
-    leaves values of that output's kind at the places it reached."""
-    if np.array_equal(now, before, equal_nan=True):
-        return True
-    where = np.flatnonzero(~((now == before) | (np.isnan(now) & np.isnan(before))))
-    return {"count": int(where.size), "of": int(now.size), "first": int(where[0]),
-            "last": int(where[-1]), "shape": list(now.shape),
-            "sample": [[int(i), float(before.flat[i]), float(now.flat[i])] for i in where[:6]]}
-
-
-def state(x, one, y0_host, arrays_host) -> dict:
-    ys = cv.stock(x, one.wq, one.scales, one.biases)
-    mx.eval(ys)
-    same = {name: changed(host(a), arrays_host[name])
-            for name, a in (("x", x), ("wq", one.wq), ("scales", one.scales),
-                            ("biases", one.biases))}
-    return {"inputs_unchanged": same, "stock_same": bool(np.array_equal(host(ys), y0_host)),
+def state(x, one, snap: device_state.Snapshot) -> dict:
+    found = device_state.problems(snap, x, one)
+    return {"inputs_unchanged": {k: found.get(k, True) for k in ("x", "wq", "scales", "biases")},
+            "stock_same": "stock" not in found,
             "stock_us": round(device_us(lambda i: cv.stock(x, one.wq, one.scales, one.biases),
                                         20, 3)["us"], 2)}
 
@@ -72,12 +53,9 @@ def main(argv=None) -> int:
     copies = [one] + (cv.make_copies(k, n, mx.bfloat16, args.copies - 1, seed=1000)
                       if args.batch else [])
     x = (mx.random.normal((args.m, k), key=mx.random.key(7)) / k ** 0.25).astype(mx.bfloat16)
-    y0 = cv.stock(x, one.wq, one.scales, one.biases)
-    mx.eval(x, y0)
-    arrays_host = {"x": host(x), "wq": host(one.wq), "scales": host(one.scales),
-                   "biases": host(one.biases)}
-    y0_host = host(y0)
-    rows = [{"after": "nothing", **state(x, one, y0_host, arrays_host)}]
+    mx.eval(x)
+    snap = device_state.snapshot(x, one)
+    rows = [{"after": "nothing", **state(x, one, snap)}]
     print(json.dumps(rows[-1]), flush=True)
     pts = SETS[args.points][args.shape]
     if args.only:
@@ -101,7 +79,7 @@ def main(argv=None) -> int:
         except Exception as e:  # noqa: BLE001 - the finding
             row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         try:
-            row.update(state(x, one, y0_host, arrays_host))
+            row.update(state(x, one, snap))
         except Exception as e:  # noqa: BLE001 - the finding
             row["state_error"] = f"{type(e).__name__}: {str(e)[:300]}"
         rows.append(row)

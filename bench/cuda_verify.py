@@ -54,6 +54,7 @@ from types import MappingProxyType
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import device_state
 import mlx.core as mx
 from cuda_timing import (
     BITS,
@@ -174,6 +175,7 @@ def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float
         paths = paths_for(name, params, magnitude, keys)
         x = (mx.random.normal((m, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)
         mx.eval(x)
+        snap = device_state.snapshot(x, one)  # held against the same once the row is timed
         moved = qbytes(one) + 2 * m * k + 2 * m * n
         row = {"shape": op, "K": k, "N": n, "dtype": dt_name, "M": m, "kernel": name,
                "params": params, "tile_from": tile_from, "bytes": moved,
@@ -241,6 +243,8 @@ def measure(op: str, k: int, n: int, dt_name: str, ms: list[int], ceiling: float
             row[f"host_{path}_minus_stock_us"] = h["minus_baseline_us"]
         if "host_custom_eager_us" in row:
             row["host_custom_eager_minus_stock_us"] = host["custom_eager"]["minus_baseline_us"]
+        if broken := device_state.problems(snap, x, one):  # the report flags it, regen skips it
+            row["state_broken"] = broken
         print(json.dumps({k: (round(v, 2) if isinstance(v, float) else v)
                           for k, v in row.items()
                           if not any(w in k for w in ("spread", "batches", "reps_us"))}),

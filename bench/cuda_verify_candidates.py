@@ -8,6 +8,7 @@ import json
 import math
 from types import MappingProxyType
 
+import device_state
 import mlx.core as mx
 from cuda_timing import BITS, COLD_TARGET_BYTES, GS, device_us, make_copies, qbytes, wall_us
 
@@ -32,6 +33,7 @@ def measure_candidate(c: dict, ceiling: float, batch: int, reps: int) -> dict:
     copies = [one] + make_copies(k, n, wdt, count - 1, seed=1000)
     x = (mx.random.normal((m, k), key=mx.random.key(7)) / k ** 0.25).astype(dt)
     mx.eval(x)
+    snap = device_state.snapshot(x, one)  # held against the same once timed
     moved = qbytes(one) + x.nbytes + m * n * x.itemsize
     row.update({"bytes": moved, "floor_us": moved / ceiling * 1e6, "cold_copies": count})
     paths = {"stock_eager": lambda x, q: stock_variant.native(x, q, {}),
@@ -54,6 +56,8 @@ def measure_candidate(c: dict, ceiling: float, batch: int, reps: int) -> dict:
         row[f"cold_{path}_wall_batches_us"] = w["batches_us"]
     row["cold_wall_speedup_vs_stock"] = row["cold_stock_eager_wall_us"] / row[
         "cold_custom_eager_wall_us"]
+    if broken := device_state.problems(snap, x, one):  # regen takes no figure from it
+        row["state_broken"] = broken
     print(json.dumps({k: (round(v, 2) if isinstance(v, float) else v) for k, v in row.items()
                       if "batches" not in k}), flush=True)
     del copies, one

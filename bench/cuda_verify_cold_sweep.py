@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cuda_verify as cv
+import device_state
 import mlx.core as mx
 import sweep_points as sp
 from cold_sweep_report import render
@@ -150,6 +151,7 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
         return c
 
     x_pt = xs[point_m]
+    snap = device_state.snapshot(x_pt, one)  # held against the same after the points
     ys = cv.stock(x_pt, one.wq, one.scales, one.biases)
     stock_pt = cold_us(lambda x, q: cv.stock(x, q.wq, q.scales, q.biases), x_pt)
     entry[f"stock_m{point_m}_us"] = stock_pt["us"]
@@ -172,6 +174,13 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
                 row["error"] = str(e)[:300]
         entry["points"].append(row)
         _print_row(row)
+    broken = device_state.problems(snap, x_pt, one)
+    if broken:  # figures after this are not to be trusted (bench/results/h100/xshare_0830)
+        entry["state_broken"] = {**broken, "when": "after the points"}
+        print(f"{op} {dt_name}: DEVICE STATE BROKEN after the points ({', '.join(broken)} "
+              f"changed): no tile chosen, nothing more timed", flush=True)
+        mx.clear_cache()
+        return entry
     ok = [r for r in entry["points"] if r.get("ok") and "us" in r]
     ok.sort(key=lambda r: r["us"])
     entry[f"best_m{point_m}"] = ok[0] if ok else {}
@@ -237,6 +246,9 @@ def sweep_shape(op: str, dt_name: str, ceiling: float, batch: int, reps: int,
         entry["final"].append(row)
         print(json.dumps({kk: (round(v, 4) if isinstance(v, float) else v)
                           for kk, v in row.items() if kk != "candidates"}), flush=True)
+    if broken := device_state.problems(snap, x_pt, one):
+        entry["state_broken"] = {**broken, "when": "after the final timings"}
+        print(f"{op} {dt_name}: DEVICE STATE BROKEN after the final timings", flush=True)
     mx.clear_cache()
     return entry
 

@@ -175,6 +175,18 @@ def below_floor_lines(res: dict) -> list[str]:
                 for r, p, b in gone) + "."]
 
 
+def broken_lines(rows: list[dict]) -> list[str]:
+    """A bold line and a blank one for each row whose run changed the device's state
+    (bench/device_state): its figures are not to be trusted, and regen takes none of them."""
+    out = []
+    for r in rows:
+        if r.get("state_broken"):
+            out += [(f"**{r['shape']} {r['dtype']} M={r['M']}: the device's state broke "
+                     f"while it was timed ({', '.join(r['state_broken'])} changed). Its figures "
+                     "are not to be trusted (bench/results/h100/xshare_0830).**"), ""]
+    return out
+
+
 def render(res: dict) -> str:
     res = {**res, "rows": [screen_chains(r) for r in res["rows"]]}
     c = res["ceiling"]
@@ -202,6 +214,7 @@ def render(res: dict) -> str:
             for t, p in prof.items() if isinstance(p, dict)) + "."
          + (" Clocks: `" + prof["clocks"].replace("\n", " / ") + "`." if prof.get("clocks")
             else "")), "",
+        *broken_lines([*res["rows"], *res.get("table_rows", [])]),
         ("| shape | dtype | M | weights | floor µs | stock µs | stock compiled µs | custom eager µs "
          "| custom compiled µs | stock % | eager % | compiled % | eager speed-up | compiled "
          "speed-up | eager/compiled |"),

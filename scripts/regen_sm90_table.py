@@ -118,6 +118,9 @@ def _eager_verdict(row: dict | None, variant: str, params: dict,
                    alone: dict | None) -> tuple[bool, dict]:
     if row is None:
         return False, {"why": "not measured cold as a table row (bench --table-rows)"}
+    if row.get("state_broken"):  # bench/device_state: nothing timed beside it is evidence
+        return False, {"why": "the bench's run of it broke the device's state ("
+                              f"{', '.join(row['state_broken'])} changed)"}
     if row.get("error") or row.get("variant") != variant or row.get("params") != params:
         what = row.get("error") or f"measured {row.get('variant')} {row.get('params')}"
         return False, {"why": f"no cold measurement of this candidate ({what[:120]})"}

@@ -113,6 +113,11 @@ def choose_tiles(table: dict, launches: list[dict], cold_sweep: dict,
         shape_sweep = (swept.get(label) or (swept.get(f"{key[0]}/{key[1]}") if key[2] == 8
                                             else None) or {})
         sweep = shape_sweep.get("points", [])
+        if shape_sweep.get("state_broken"):  # bench/device_state: no point of it is evidence
+            entries.append(e)
+            record["choices"][label] = {"skipped": "the cold sweep broke the device's state "
+                                        f"({shape_sweep['state_broken'].get('when')})"}
+            continue
         # only a tile the cold sweep ran at this M and found exact (skipped: unchecked)
         good = {full(pt) for pt in sweep if pt.get("ok")} - {None}
         shipped = full({**cand["params"], VARIANT_KEY: cand["variant"]})
