@@ -243,6 +243,25 @@ XSHARE_M16 = {"gate_up": [_xs((32, 4, 1, 0, 0, 128, 1), 4, 4), _xs((32, 4, 1, 1,
               "down": [_xs((32, 8, 2, 0, 0, 128, 1), 4, 8), _xs((32, 8, 2, 0, 0), 4, 8, 1),
                        _xs((16, 8, 1, 1, 0), 4, 8),
                        (32, 8, 2, 0, 0, 128, 1)]}
+# Added 2026-12-07: mma_weights_a's ``row_warps`` 2 at M=16 (--point-m 16): a warp per 8 rows,
+# so each warp holds one accumulator set and issues one mma per dequantized fragment, as at M=8,
+# and the two warps of a K group read the same weights at once. The table's bf16 M=16 tiles
+# (gate/up 32 x 4 u1 x_early, down 32 x 8 u2 x_early) and the M=8 tiles' shapes, each beside
+# its plain self. nvcc 13 for sm_90, bf16 M=16: gate/up 32 x 4 u1 x_early 68 registers (plain
+# 92), 32 x 4 u2 92 (103), at denorm 2 96 (104); down 32 x 8 u2 x_early 68 (92), denorm 2 73
+# (95); no spills.
+def _rw(pt: tuple, extra: dict | None = None) -> tuple:
+    return (pt, {**(extra or {}), "row_warps": 2})
+
+
+ROWWARPS_M16 = {"gate_up": [_rw((32, 4, 1, 0, 0, 128, 1)), _rw((32, 4, 2, 0, 0)),
+                            _rw((32, 4, 2, 0, 0), DENORM_2), _rw((32, 4, 1, 1, 0)),
+                            _rw((16, 4, 2, 0, 0)), _rw((32, 2, 2, 0, 0)),
+                            (32, 4, 1, 0, 0, 128, 1), (32, 4, 2, 0, 0), ((32, 4, 2, 0, 0), DENORM_2)],
+                "down": [_rw((32, 8, 2, 0, 0, 128, 1)), _rw((32, 8, 2, 0, 0)),
+                         _rw((32, 8, 2, 0, 0, 128, 1), DENORM_2), _rw((16, 8, 1, 1, 0)),
+                         _rw((32, 4, 2, 0, 0)), _rw((16, 8, 2, 0, 0, 128, 1)),
+                         (32, 8, 2, 0, 0, 128, 1), (32, 8, 2, 0, 0), (16, 8, 1, 1, 0)]}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}
@@ -351,7 +370,7 @@ BULK_SMOKE = (((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 4, 1, 0, 4), {"bulk": 2}),
 # Every set by the name ``--points`` takes (the sweep and the ncu run): the next, or a run's.
 SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm": BULK_DENORM,
         "bulk-vs-table": BULK_VS_TABLE, "bulk-x": BULK_X, "bulk-m16": BULK_M16,
-        "xshare": XSHARE, "xshare-m16": XSHARE_M16,
+        "xshare": XSHARE, "xshare-m16": XSHARE_M16, "rowwarps-m16": ROWWARPS_M16,
         "2026-12-05-bulk": BULK_TILES_2026_12_05, "2026-12-05-bulk3": BULK3_TILES_2026_12_05,
         "2026-12-05-bulk3-xring": BULK3_XRING_TILES_2026_12_05,
         "2026-12-04-bulk-packed": POINTS_2026_12_04_BULK_PACKED,

@@ -81,6 +81,14 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                                  f"= k_groups) in the register pipeline without x_early, not "
                                  f"cluster={cluster}, k_groups={k_groups}, stages={stages}, "
                                  f"bulk={bulk}, x_early={x_early}")
+    row_warps = int(p.get("row_warps", 1))
+    if row_warps > 1 and (stages or bulk or col_warps > 1 or cluster > 1 or x_share
+                          or m != 8 * row_warps):
+        raise tiling.TilingError(f"{name}: row_warps={row_warps} gives each of a block's warps "
+                                 f"8 rows of M={8 * row_warps} exactly, in the register pipeline "
+                                 f"alone (stages=0, bulk=0, col_warps=1, cluster=1, x_share=0), "
+                                 f"not M={m}, stages={stages}, bulk={bulk}, col_warps={col_warps}, "
+                                 f"cluster={cluster}, x_share={x_share}")
     if n % (n_tile * col_warps):
         raise tiling.TilingError(f"{name} does not tile N={n} with n_tile={n_tile} x "
                                  f"col_warps={col_warps}: a block's columns must divide N")
@@ -102,13 +110,14 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     # memory and reads one step at a time, so there any divisor of the group's steps will do
     unroll = (next(u for u in range(want, 0, -1) if group_steps % u == 0) if bulk
               else _batch_unroll(want, group_steps))
-    template = {"M_ROWS": m, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups, "UNROLL": unroll,
-                "PREFETCH": bool(int(p["prefetch"])), "STAGES": stages,
+    template = {"M_ROWS": m // row_warps, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups,
+                "UNROLL": unroll, "PREFETCH": bool(int(p["prefetch"])), "STAGES": stages,
                 "L2_PREFETCH": int(p.get("l2_prefetch", 128)),
                 "X_EARLY": x_early if x_early == 2 else bool(x_early),
                 "HI_IN_PLACE": bool(hi_in_place), "DENORM": denorm, "BULK": bool(bulk),
                 "PACKED": packs_weights(p), "LEADER": bulk == 3, "ABLATE": ablate,
                 "COL_WARPS": col_warps, "CLUSTER": cluster, "X_SHARE": bool(x_share),
+                "ROW_WARPS": row_warps,
                 "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"}
     if bulk:
         return _bulk_config(name, m, k, n, group_size, dtype, template, min_blocks)
@@ -121,8 +130,11 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
             f"{p}: its cp.async ring ({ring} B) exceeds the 48 KiB of static shared memory")
     if col_warps > 1 or cluster > 1 or x_share:
         return _shared_x_config(name, m, n, n_tile, k_groups, dtype, template, min_blocks)
-    return LaunchConfig(template, (n // n_tile) * 32 * k_groups, 32 * k_groups, dtype,
-                        min_blocks)
+    threads = 32 * k_groups * row_warps  # row_warps: a warp per 8 rows of each K group
+    if threads > tiling.MAX_THREADS["cuda"]:
+        raise tiling.TilingError(f"{name} with k_groups={k_groups}, row_warps={row_warps}: "
+                                 f"{threads} threads a block exceed {tiling.MAX_THREADS['cuda']}")
+    return LaunchConfig(template, (n // n_tile) * threads, threads, dtype, min_blocks)
 
 
 def _shared_x_config(name: str, m: int, n: int, n_tile: int, k_groups: int, dtype: str,

@@ -98,7 +98,7 @@ def test_the_plain_tiles_constants_leave_their_kernel_as_it_was():
     # every warp's sums put at the block's first column tile
     ("    const int cw = (warp % COL_WARPS) * COLS;\n", None),
     # a warp on the K group of its column neighbour
-    ("  const int kgroup = rank * BLOCK_GROUPS + warp / COL_WARPS;\n", None),
+    ("  const int kgroup = rank * BLOCK_GROUPS + warp / (COL_WARPS * ROW_WARPS);\n", None),
     # blocks that leave while another still reads their partial sums
     (("      dflash2_cluster_sync();  // no block leaves while another still reads its shared "
       "memory\n"), "threads have all finished"),
@@ -110,7 +110,7 @@ def test_a_mistake_in_the_shared_x_epilogue_is_caught(monkeypatch, mutant, error
     plain = {"n_tile": 16, "k_groups": 4, "unroll": 1}
     y0 = launch.launch(NAME, x, qw, plain)  # before the mutant: it may touch the plain tile
     wrong = {"    const int cw = (warp % COL_WARPS) * COLS;\n": "    const int cw = 0;\n",
-             "  const int kgroup = rank * BLOCK_GROUPS + warp / COL_WARPS;\n":
+             "  const int kgroup = rank * BLOCK_GROUPS + warp / (COL_WARPS * ROW_WARPS);\n":
                  "  const int kgroup = rank * BLOCK_GROUPS + warp % COL_WARPS;\n"}.get(mutant, "")
     monkeypatch.setattr(v, "CUDA_SOURCE", v.CUDA_SOURCE.replace(mutant, wrong))
     shared = {**plain, "col_warps": 2, "cluster": 2}

@@ -35,7 +35,8 @@ from kernels.variants._mma_weights_a_bulk_cuda import BULK_PIPELINE
 # at once), CLUSTER (register pipeline: a cluster of CLUSTER blocks takes a column tile's K
 # groups in rank order, adding their sums in order through distributed shared memory), K, N, GS,
 # IS_BF16, X_SHARE (with one K group a block: x through shared memory, loaded by the block's
-# threads together one K step ahead); type T.
+# threads together one K step ahead), ROW_WARPS (register pipeline: a warp per 8 activation rows
+# of each K group, M_ROWS being a warp's 8 rows); type T.
 # Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for
 # columns n0 + g and n0 + g + 8 one 16-byte load each (4 packed words), and the same 32
 # activations of row g (and g + 8 for a second B tile). Word i of those 4 feeds two mma steps;
@@ -66,6 +67,27 @@ C_TILE_SUMS_SHARED = r"""    auto part = reinterpret_cast<float (*)[PROWS][BCOLS
 """ + cluster_add("part", "BCOLS", "y_base") + r"""      dflash2_cluster_sync();  // no block leaves while another still reads its shared memory
     }
 """
+# The sums of a block whose warps take ROW_WARPS row tiles of 8 (warp w: rows 8 (w % ROW_WARPS)
+# on, K group w / ROW_WARPS; one activation tile each, M_TILES = 1): each warp's C tile into
+# ``part[K group][its rows][columns]``, then every output summed over the K groups in order,
+# the plain tile's float adds, bit for bit.
+C_TILE_SUMS_ROWS = r"""    auto part = reinterpret_cast<float (*)[ROW_WARPS * PROWS][COLS]>(smem);
+#pragma unroll
+    for (int c = 0; c < COL_TILES; ++c) {
+      part[warp / ROW_WARPS][8 * rw + 2 * t][16 * c + g] = acc[0][c][0];
+      part[warp / ROW_WARPS][8 * rw + 2 * t + 1][16 * c + g] = acc[0][c][1];
+      part[warp / ROW_WARPS][8 * rw + 2 * t][16 * c + g + 8] = acc[0][c][2];
+      part[warp / ROW_WARPS][8 * rw + 2 * t + 1][16 * c + g + 8] = acc[0][c][3];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < ROW_WARPS * M_ROWS * COLS; e += blockDim.x) {
+      const int m = e / COLS, col = e % COLS;
+      float total = part[0][m][col];
+#pragma unroll
+      for (int h = 1; h < K_GROUPS; ++h) total += part[h][m][col];  // groups in order
+      y[m * N + n_base + col] = static_cast<T>(total);
+    }
+"""
 CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   constexpr int CT2 = 2 * COL_TILES;  // weight rows a lane loads per K step
   // Shared memory: the cp.async ring (STAGES > 0) and, after the K loop, the K groups' partial
@@ -78,7 +100,7 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   constexpr int RING_BYTES = (RING_W + RING_X) * 16 + 2 * RING_S * 4;
   constexpr int BLOCK_GROUPS = K_GROUPS / CLUSTER;  // a block's K groups (a warp row each)
   constexpr int BCOLS = COL_WARPS * COLS;          // a block's columns
-  constexpr int PARTIAL_BYTES = BLOCK_GROUPS * PROWS * BCOLS * 4;
+  constexpr int PARTIAL_BYTES = BLOCK_GROUPS * ROW_WARPS * PROWS * BCOLS * 4;
   // X_SHARE: two slots of one K step's activations (rows XS_PITCH bytes apart: 256 and 16, so
   // that rows g and g + 1 of a quarter warp's 16-byte reads fall on other banks), after the
   // partial sums, which the last step's readers may still overlap
@@ -110,11 +132,13 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   // blocks of lower rank (COL_WARPS = CLUSTER = 1: the warp itself).
   int rank = 0;
   if constexpr (CLUSTER > 1) rank = int(dflash2_cluster_rank());
-  const int kgroup = rank * BLOCK_GROUPS + warp / COL_WARPS;
+  const int kgroup = rank * BLOCK_GROUPS + warp / (COL_WARPS * ROW_WARPS);
+  // ROW_WARPS: the warp's 8 activation rows, the row tile warp % ROW_WARPS (else 0).
+  const int rw = warp % ROW_WARPS;
   // Lane bases: the lane's first row (g) and K offset; other rows and steps are offsets from
   // them, so a step's addresses are one add and immediates (indexing from the row each time
   // cost ~35 integer instructions a K step: 64-bit products and sign extensions per row).
-  const T* x_lane = x + g * K + 32 * t;
+  const T* x_lane = x + (8 * rw + g) * K + 32 * t;
   const uint32_t* w_lane = w32 + (n_base + g) * WORDS + 4 * t;
   const uint16_t* s_lane = s16 + (n_base + g) * ROW_GROUPS;
   const uint16_t* b_lane = b16 + (n_base + g) * ROW_GROUPS;
@@ -347,7 +371,8 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
 """ + batch_driver("kgroup") + r"""  }
 
   // C tile: rows are output columns (g, g + 8), columns are activation rows (2t, 2t + 1).
-  if constexpr (COL_WARPS == 1 && CLUSTER == 1) {
+  if constexpr (ROW_WARPS > 1) {
+""" + C_TILE_SUMS_ROWS + r"""  } else if constexpr (COL_WARPS == 1 && CLUSTER == 1) {
     auto partial = reinterpret_cast<float (*)[PROWS][COLS]>(
         BULK ? dsmem + 128 + 2 * SB_BYTES : smem);
 """ + C_TILE_SUMS + r"""  } else {

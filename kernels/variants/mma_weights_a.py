@@ -110,6 +110,15 @@ the block's barrier and read their own from there: x read once a block from L2, 
 under the step before's math, the same values into the same mma, so the output is again the
 plain tile's bit for bit.
 
+``row_warps`` = 2 (register pipeline, M = 16 exactly) gives each row tile of 8 activation rows
+its own warp: warp w takes rows 8 (w % 2) to + 8 of the block's column tile and K group w / 2.
+The plain M=16 tile issues two mma per dequantized weight fragment and holds two accumulator
+sets (149 registers a thread on gate/up against 106 at M=8, warps active 15% against 21%:
+docs/CUDA.md); here each warp holds one, as at M=8, and the two warps of a K group read the
+same weights at once, so L1 may serve the second read. Each row tile's accumulator takes the
+same mma in the same order as the plain tile's, and the sums are added in the same order, so
+the output is the plain M=16 tile's bit for bit.
+
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
 
@@ -126,7 +135,8 @@ NAME = "mma_weights_a"
 ROWS = None  # 1..16
 DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0, "stages": 0,
             "l2_prefetch": 128, "x_early": 0, "min_blocks": 0, "bulk": 0, "hi_in_place": 0,
-            "denorm": 0, "ablate": 0, "col_warps": 1, "cluster": 1, "x_share": 0}
+            "denorm": 0, "ablate": 0, "col_warps": 1, "cluster": 1, "x_share": 0,
+            "row_warps": 1}
 METAL_SOURCE = None
 HEADER = ""
 CUDA_LAYOUT = "mma_weights_a"
@@ -142,7 +152,8 @@ CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"
                                     ("min_blocks", (0, 2, 3, 4, 5, 6)), ("bulk", (0, 1, 2, 3)),
                                     ("hi_in_place", (0, 1)), ("denorm", (0, 1, 2)),
                                     ("ablate", (0, 1, 2)), ("col_warps", (1, 2, 4, 8)),
-                                    ("cluster", (1, 2, 4, 8)), ("x_share", (0, 1))),
+                                    ("cluster", (1, 2, 4, 8)), ("x_share", (0, 1)),
+                                    ("row_warps", (1, 2))),
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
 
