@@ -249,7 +249,9 @@ XSHARE_M16 = {"gate_up": [_xs((32, 4, 1, 0, 0, 128, 1), 4, 4), _xs((32, 4, 1, 1,
 # (gate/up 32 x 4 u1 x_early, down 32 x 8 u2 x_early) and the M=8 tiles' shapes, each beside
 # its plain self. nvcc 13 for sm_90, bf16 M=16: gate/up 32 x 4 u1 x_early 68 registers (plain
 # 92), 32 x 4 u2 92 (103), at denorm 2 96 (104); down 32 x 8 u2 x_early 68 (92), denorm 2 73
-# (95); no spills.
+# (95); no spills. Timed on an H100 on 2026-12-07 (bench/results/h100/rowwarps_0907): every
+# point bit for bit, every point slower alone than the table's tile (its warps dequantize the
+# same weights twice).
 def _rw(pt: tuple, extra: dict | None = None) -> tuple:
     return (pt, {**(extra or {}), "row_warps": 2})
 

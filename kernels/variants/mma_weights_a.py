@@ -117,7 +117,10 @@ sets (149 registers a thread on gate/up against 106 at M=8, warps active 15% aga
 docs/CUDA.md); here each warp holds one, as at M=8, and the two warps of a K group read the
 same weights at once, so L1 may serve the second read. Each row tile's accumulator takes the
 same mma in the same order as the plain tile's, and the sums are added in the same order, so
-the output is the plain M=16 tile's bit for bit.
+the output is the plain M=16 tile's bit for bit. Measured on an H100 (2026-12-07,
+bench/results/h100/rowwarps_0907): slower alone on every point (gate/up 37.4 us against the
+table tile's 31.6), since each warp dequantizes what its partner does too (warp instructions
++74%); kept as a measurement, never chosen there.
 
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
