@@ -1,5 +1,5 @@
-"""The tiles the earlier cold sweeps of ``mma_weights_a`` ran (2026-12-03 to -05), one set a
-run: each is the record of what a run in bench/results/h200/ timed, with the tree it needed.
+"""The tiles the earlier cold sweeps of ``mma_weights_a`` ran (2026-12-03 to -07), one set a
+run: each is the record of what a run in bench/results/h200/ (or h100/) timed, with its tree.
 
 Kept apart from bench/sweep_points.py (the next set, the diagnostic tiles and the helpers that
 turn a point into launch params), which names each of these in ``SETS`` so a run can be
@@ -107,3 +107,76 @@ BULK3_XRING_TILES_2026_12_05 = {
     "gate_up": [((32, 4, 1, 0, 3), {"bulk": 3}), ((32, 4, 1, 0, 3, 128, 1), {"bulk": 3}),
                 ((32, 4, 1, 0, 2, 128, 1), {"bulk": 3}), ((32, 4, 1, 0, 2), {"bulk": 3})],
     "down": [((16, 8, 1, 0, 4), {"bulk": 3}), ((16, 8, 1, 0, 6), {"bulk": 3})]}
+
+
+# The warp-layout levers of 2026-12-07, each timed on an H100 and not kept (the constants as
+# bench/sweep_points has them: denorm 2; the group sums with late scales).
+_DENORM_2 = {"denorm": 2}
+_GSUMS_LATE = {"variant": "mma_group_sums", "late_scales": 1}
+
+
+# Added 2026-12-07: mma_weights_a's ``col_warps`` W and ``cluster`` S, so that x is read once
+# for W column tiles (L1 serves the W warps of a block, which read the same activations at
+# once): the plain tiles read the 8 activation rows once per n_tile columns, 44 MB of L2 reads
+# on gate/up and 89 MB on down at M=8 beside 50 MB of weights, and x's loads are what the
+# warps waited on most (bench/results/h100/bulk3_stalls_1632). The K groups go to a cluster's
+# blocks (one each at S = k_groups), so gate/up keeps 544 blocks of 4 warps and down takes
+# 320-640 blocks of 2-8 warps; every point is its plain (n_tile, k_groups) tile bit for bit
+# (the CUDA emulator), so the table's goldens hold. nvcc 13 for sm_90, bf16 M=8 at denorm 2:
+# gate/up 32 x 4 u2 at W 4 S 4 96 registers (the plain tile 95), 16 x 4 u2 at W 4 S 4 63;
+# down 16 x 8 u1 p1 at W 4 S 8 64, 32 x 8 u2 at W 4 S 8 66, 16 x 8 u2 at W 8 S 8 48. Beside
+# the table's bf16 M=8 tiles (gate/up's register tile at denorm 2, down's group sums).
+# ``x_share`` 1 (x through shared memory, loaded by the block's threads one K step ahead, one
+# barrier a step: x read once a block whether L1 merges the warps' reads or not) on the first
+# points of each shape (nvcc 13, bf16 M=8: gate/up 32 x 4 u2 98 registers, u1 p1 96; down
+# 16 x 8 u1 p1 71, 32 x 8 u2 78).
+# Timed on an H100 on 2026-12-07 (bench/results/h100/xshare_0830): alone, every point was slower
+# than its plain tile, and the L2 bytes rose. A point with cluster > 1 runs only with
+# MLX_USE_CUDA_GRAPHS=0 (kernels.cuda.refuse_cluster_under_graphs); with graphs on, its row
+# records the refusal.
+def _xs(pt: tuple, col_warps: int, cluster: int, x_share: int = 0) -> tuple:
+    return (pt, {**_DENORM_2, "col_warps": col_warps, "cluster": cluster,
+                 **({"x_share": 1} if x_share else {})})
+
+
+XSHARE_TILES_2026_12_07 = {"gate_up": [_xs((32, 4, 2, 0, 0), 4, 4), _xs((32, 4, 2, 0, 0), 4, 4, 1),
+                      _xs((32, 4, 1, 1, 0), 4, 4, 1), _xs((32, 4, 2, 0, 0), 2, 4),
+                      _xs((32, 4, 1, 1, 0), 4, 4), _xs((16, 4, 2, 0, 0), 4, 4),
+                      _xs((16, 4, 2, 0, 0), 2, 1), ((32, 4, 2, 0, 0), _DENORM_2)],
+          "down": [_xs((16, 8, 1, 1, 0), 4, 8), _xs((16, 8, 1, 1, 0), 4, 8, 1),
+                   _xs((32, 8, 2, 0, 0), 4, 8), _xs((32, 8, 2, 0, 0), 4, 8, 1),
+                   _xs((32, 8, 2, 0, 0), 2, 8), _xs((16, 8, 2, 0, 0), 8, 8),
+                   _xs((16, 8, 1, 0, 0), 4, 8), ((16, 8, 1, 1, 0), _GSUMS_LATE)]}
+# The same lever at M=16 (--point-m 16), where x is twice the bytes (gate/up ~89 MB of L2 reads
+# at one read a 32-column tile) and M=16 costs 1.37-1.47x M=8: the table's bf16 M=16 tiles
+# (gate/up 32 x 4 u1 x_early, down 32 x 8 u2 x_early) at W 4 beside themselves. nvcc 13, bf16:
+# gate/up's at W 4 S 4 106 registers (plain 92; at denorm 2 102 against 95), 16 x 4 u2
+# denorm 2 72 (66); down 32 x 8 u1 x_early denorm 2 at W 4 S 8 102 (95).
+XSHARE_M16_TILES_2026_12_07 = {"gate_up": [_xs((32, 4, 1, 0, 0, 128, 1), 4, 4), _xs((32, 4, 1, 1, 0), 4, 4, 1),
+                          _xs((16, 4, 2, 0, 0), 4, 4),
+                          ((32, 4, 1, 0, 0, 128, 1), {"col_warps": 4, "cluster": 4}),
+                          (32, 4, 1, 0, 0, 128, 1)],
+              "down": [_xs((32, 8, 2, 0, 0, 128, 1), 4, 8), _xs((32, 8, 2, 0, 0), 4, 8, 1),
+                       _xs((16, 8, 1, 1, 0), 4, 8),
+                       (32, 8, 2, 0, 0, 128, 1)]}
+# Added 2026-12-07: mma_weights_a's ``row_warps`` 2 at M=16 (--point-m 16): a warp per 8 rows,
+# so each warp holds one accumulator set and issues one mma per dequantized fragment, as at M=8,
+# and the two warps of a K group read the same weights at once. The table's bf16 M=16 tiles
+# (gate/up 32 x 4 u1 x_early, down 32 x 8 u2 x_early) and the M=8 tiles' shapes, each beside
+# its plain self. nvcc 13 for sm_90, bf16 M=16: gate/up 32 x 4 u1 x_early 68 registers (plain
+# 92), 32 x 4 u2 92 (103), at denorm 2 96 (104); down 32 x 8 u2 x_early 68 (92), denorm 2 73
+# (95); no spills. Timed on an H100 on 2026-12-07 (bench/results/h100/rowwarps_0907): every
+# point bit for bit, every point slower alone than the table's tile (its warps dequantize the
+# same weights twice).
+def _rw(pt: tuple, extra: dict | None = None) -> tuple:
+    return (pt, {**(extra or {}), "row_warps": 2})
+
+
+ROWWARPS_M16_TILES_2026_12_07 = {"gate_up": [_rw((32, 4, 1, 0, 0, 128, 1)), _rw((32, 4, 2, 0, 0)),
+                            _rw((32, 4, 2, 0, 0), _DENORM_2), _rw((32, 4, 1, 1, 0)),
+                            _rw((16, 4, 2, 0, 0)), _rw((32, 2, 2, 0, 0)),
+                            (32, 4, 1, 0, 0, 128, 1), (32, 4, 2, 0, 0), ((32, 4, 2, 0, 0), _DENORM_2)],
+                "down": [_rw((32, 8, 2, 0, 0, 128, 1)), _rw((32, 8, 2, 0, 0)),
+                         _rw((32, 8, 2, 0, 0, 128, 1), _DENORM_2), _rw((16, 8, 1, 1, 0)),
+                         _rw((32, 4, 2, 0, 0)), _rw((16, 8, 2, 0, 0, 128, 1)),
+                         (32, 8, 2, 0, 0, 128, 1), (32, 8, 2, 0, 0), (16, 8, 1, 1, 0)]}
