@@ -27,13 +27,17 @@ from kernels.variants import VARIANTS
 RUN = ROOT / "bench" / "results" / "h100" / "xshare_0830"
 
 
-@pytest.fixture(scope="module")
-def arrays():
+def arrays_of():
     w = mx.random.normal((64, 256), key=mx.random.key(1)) / 16
     qw = QWeights.quantize(w, 64, 4, mx.bfloat16)
     x = mx.random.normal((8, 256), key=mx.random.key(2)).astype(mx.bfloat16)
     mx.eval(qw.wq, qw.scales, qw.biases, x)
     return x, qw
+
+
+@pytest.fixture(scope="module")
+def arrays():
+    return arrays_of()
 
 
 def test_an_untouched_state_has_no_problems(arrays):
@@ -52,6 +56,16 @@ def test_changed_inputs_and_stock_are_named_with_where(arrays):
     assert found["x"]["last"] == 8 * 256 - 1 and found["x"]["of"] == 8 * 256
     hurt = QWeights(qw.wq, qw.scales * 2, qw.biases, qw.group_size, qw.bits)
     assert set(device_state.problems(snap, x, hurt)) == {"scales", "stock"}
+
+
+def test_an_array_changed_in_place_is_found():
+    """The snapshot holds copies of its own: an array written in place after it (as the
+    clustered launches wrote x) no longer equals it."""
+    x, qw = arrays_of()
+    xm = x + 0
+    snap = device_state.snapshot(xm, qw)
+    xm[6:] = 2.4e-38
+    assert set(device_state.problems(snap, xm, qw)) == {"x", "stock"}
 
 
 def test_nan_where_nan_was_is_no_change():
