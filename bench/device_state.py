@@ -1,4 +1,4 @@
-"""Did a run leave the device's state as it found it? Host copies of a launch's inputs and of
+"""Did a run leave the device's state as it found it? Copies of a launch's inputs and of
 stock's output, taken before, held against the same after.
 
 Why: on 2026-12-07 (bench/results/h100/xshare_0830) a sweep's clustered launches, under MLX's
@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 import numpy as np
+
+from kernels.variants import stock as stock_variant
 
 
 def host(a: mx.array) -> np.ndarray:
@@ -33,8 +35,8 @@ def changed(now: np.ndarray, before: np.ndarray) -> dict | None:
 
 
 def stock(x: mx.array, qw) -> mx.array:
-    return mx.quantized_matmul(x, qw.wq, qw.scales, qw.biases, transpose=True,
-                               group_size=qw.group_size, bits=qw.bits)
+    """Stock QMM as the runtime runs it (kernels.variants.stock)."""
+    return stock_variant.native(x, qw, {})
 
 
 @dataclass

@@ -96,10 +96,10 @@ MUTANTS = {
     "  const int kgroup = rank * BLOCK_GROUPS + warp / (COL_WARPS * ROW_WARPS);\n":
         "  const int kgroup = rank * BLOCK_GROUPS + warp / COL_WARPS % K_GROUPS;\n",
     # the sums of the first row tile only: the emulator finds rows 8-15 of y never written
-    "    for (int e = threadIdx.x; e < ROW_WARPS * M_ROWS * COLS; e += blockDim.x) {\n":
-        "    for (int e = threadIdx.x; e < M_ROWS * COLS; e += blockDim.x) {\n",
+    "  for (int e = threadIdx.x; e < ROW_WARPS * M_ROWS * COLS; e += blockDim.x) {\n":
+        "  for (int e = threadIdx.x; e < M_ROWS * COLS; e += blockDim.x) {\n",
 }
-UNWRITTEN = "    for (int e = threadIdx.x; e < ROW_WARPS * M_ROWS * COLS; e += blockDim.x) {\n"
+UNWRITTEN = "  for (int e = threadIdx.x; e < ROW_WARPS * M_ROWS * COLS; e += blockDim.x) {\n"
 
 
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))

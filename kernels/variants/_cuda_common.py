@@ -312,7 +312,7 @@ C_TILE_STORE = r"""  if (warp < K_GROUPS)  // with BULK, warp K_GROUPS is the pr
       partial[warp][8 * mt + 2 * t + 1][16 * c + g + 8] = acc[mt][c][3];
     }
 """
-_TILE_ADD = r"""  for (int e = threadIdx.x; e < M_ROWS * @COLS@; e += blockDim.x) {
+_TILE_ADD = r"""  for (int e = threadIdx.x; e < @ROWS@ * @COLS@; e += blockDim.x) {
     const int m = e / @COLS@, col = e % @COLS@;
     float total = @PART@[0][m][col];
 #pragma unroll
@@ -335,14 +335,16 @@ _CLUSTER_ADD = r"""    for (int e = rank * blockDim.x + threadIdx.x; e < M_ROWS 
 """
 
 
-def _named(text: str, part: str, cols: str, base: str) -> str:
-    return text.replace("@PART@", part).replace("@COLS@", cols).replace("@BASE@", base)
+def _named(text: str, part: str, cols: str, base: str, rows: str = "M_ROWS") -> str:
+    return (text.replace("@PART@", part).replace("@COLS@", cols).replace("@BASE@", base)
+            .replace("@ROWS@", rows))
 
 
-def tile_add(part: str = "partial", cols: str = "COLS", base: str = "n_base") -> str:
-    """The block's K groups' sums of ``part`` added in order into y's ``cols`` columns from
-    ``base``."""
-    return _named(_TILE_ADD, part, cols, base)
+def tile_add(part: str = "partial", cols: str = "COLS", base: str = "n_base",
+             rows: str = "M_ROWS") -> str:
+    """The block's K groups' sums of ``part`` added in order into y's ``rows`` rows (a warp's
+    M_ROWS but with row warps) and ``cols`` columns from ``base``."""
+    return _named(_TILE_ADD, part, cols, base, rows)
 
 
 def cluster_add(part: str = "partial", cols: str = "COLS", base: str = "n_base") -> str:

@@ -80,14 +80,7 @@ C_TILE_SUMS_ROWS = r"""    auto part = reinterpret_cast<float (*)[ROW_WARPS * PR
       part[warp / ROW_WARPS][8 * rw + 2 * t + 1][16 * c + g + 8] = acc[0][c][3];
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < ROW_WARPS * M_ROWS * COLS; e += blockDim.x) {
-      const int m = e / COLS, col = e % COLS;
-      float total = part[0][m][col];
-#pragma unroll
-      for (int h = 1; h < K_GROUPS; ++h) total += part[h][m][col];  // groups in order
-      y[m * N + n_base + col] = static_cast<T>(total);
-    }
-"""
+""" + tile_add("part", rows="ROW_WARPS * M_ROWS")
 CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   constexpr int CT2 = 2 * COL_TILES;  // weight rows a lane loads per K step
   // Shared memory: the cp.async ring (STAGES > 0) and, after the K loop, the K groups' partial
