@@ -37,6 +37,9 @@ LABEL = re.compile(r"^(\S+) (\S+) M=(\d+) (tile|custom) (\{.*\})$")
 MODES = (0, *sp.DENORM_MODES)
 ISSUE_PCT = (ISSUE_ACTIVE, "Issue Slots Busy")
 SHOWN = ("n_tile", "k_groups", "unroll")  # a tile's name even where they are the defaults
+# ablate's parts: 3 and 4 (mma_weights_a's register pipeline) take the activation loads out of
+# the whole and of the math alone, so x's share of each is the difference
+LEGS = {0: "whole", 1: "loads", 2: "math", 3: "no_x", 4: "pure"}
 
 
 def leg_of(label: str, kernel: str) -> tuple[tuple, str, int] | None:
@@ -51,7 +54,7 @@ def leg_of(label: str, kernel: str) -> tuple[tuple, str, int] | None:
     p = {**sp.VARIANTS[name].DEFAULTS, **given}
     p = {k: p[k] for k in (*SHOWN, *sorted(set(p) - set(SHOWN)))}
     ablate, mode = p.pop("ablate", 0), p.pop("denorm", 0)
-    leg = {0: "whole", 1: "loads", 2: "math"}[ablate]
+    leg = LEGS[ablate]
     if leg == "loads":
         mode = 0  # the loads alone take no math, so no denorm mode: a denorm tile's are its own
     return (shape, dtype, int(ms), name, tuple(p.items())), leg, mode
@@ -75,7 +78,7 @@ def legs(paths: list[str]) -> list[dict]:
                 slot.update(us=us, dram_pct=metric(k, *DRAM_PCT), issue_pct=metric(k, *ISSUE_PCT))
     out = []
     for (shape, dtype, m, name, params), rec in tiles.items():
-        if not any(s.startswith(("loads", "math")) for s in rec):
+        if not any(s.startswith(("loads", "math", "no_x", "pure")) for s in rec):
             continue  # no leg measured: a tile of the sweep, not of an ablate set
         row = {"shape": shape, "dtype": dtype, "M": m, "variant": name,
                "tile": {k: v for k, v in params
@@ -84,6 +87,7 @@ def legs(paths: list[str]) -> list[dict]:
         # the legs at one denorm mode: plain where its math alone ran, else the highest mode
         # whose math alone ran (a bulk tile's is timed at denorm 2 only); the loads take none
         mode = next((d for d in (0, *reversed(sp.DENORM_MODES)) if f"math_{d}" in rec), 0)
+        row["mode"] = mode
         loads, math = rec.get("loads_0", {}).get("us"), rec.get(f"math_{mode}", {}).get("us")
         whole = rec.get(f"whole_{mode}", {}).get("us")
         if loads is not None and math is not None:
@@ -107,18 +111,20 @@ def cell(rec: dict, key: str, extra: str | None = None) -> str:
 
 def markdown(rows: list[dict], sources: list[str]) -> str:
     head = ("| shape | dtype | M | variant | tile | whole | whole dn1 | whole dn2 | loads alone "
-            "(DRAM %) | math alone (issue %) | math dn1 | math dn2 | longer leg | whole / longer |")
+            "(DRAM %) | math alone (issue %) | math dn1 | math dn2 | longer leg | whole / longer | "
+            "whole, no x loads | math, no x loads |")
     intro = f"Each launch alone under ncu, least-largest time over its launches, µs; from {', '.join(sources)}."
-    lines = [intro, "", head, "|" + "---|" * 14]
+    lines = [intro, "", head, "|" + "---|" * 16]
     for r in rows:
-        rec = r["legs"]
+        rec, mode = r["legs"], r.get("mode", 0)
         tile = ", ".join(f"{k} {v}" for k, v in r["tile"].items())
         lines.append(
             f"| {r['shape']} | {r['dtype']} | {r['M']} | {r['variant']} | {tile} | "
             f"{cell(rec, 'whole_0')} | {cell(rec, 'whole_1')} | {cell(rec, 'whole_2')} | "
             f"{cell(rec, 'loads_0', 'dram_pct')} | {cell(rec, 'math_0', 'issue_pct')} | "
             f"{cell(rec, 'math_1')} | {cell(rec, 'math_2')} | {r.get('longer_leg', '-')} | "
-            f"{r.get('whole_over_longer', '-')} |")
+            f"{r.get('whole_over_longer', '-')} | {cell(rec, f'no_x_{mode}')} | "
+            f"{cell(rec, f'pure_{mode}')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -133,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = legs(args.csv)
     if not rows:
-        print("ablate_legs: no ablated launch (ablate 1 or 2) in "
+        print("ablate_legs: no ablated launch (ablate 1-4) in "
               f"{', '.join(args.csv)}: give a diagnose run's CSV", file=sys.stderr)
         return 1
     sources = [str(Path(p).resolve().relative_to(ROOT)) if Path(p).resolve().is_relative_to(ROOT)

@@ -323,6 +323,8 @@ SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm":
 # The ablated tiles of the table's entries at an M: M=16's tell whether its second activation
 # tile's math is what M=16 pays for.
 ABLATE_AT = {"ablate": 8, "ablate16": 16}
+# ``xcost_<shape>``: the Ms whose table tiles are timed at each of them
+XCOST_MS = (8, 16)
 
 # The loads alone (ablate 1) of register-pipeline tiles that keep more weight bytes in flight
 # than the shipped one: does the load leg (H200: 17.2 us for gate/up against a bare read's
@@ -372,10 +374,22 @@ def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
     if shape != kind and shape in DENORMED:
         # a shape's denormed tiles, each beside its plain self (the same run's baseline)
         return [as_params(pt) for pt in with_plain_twins(DENORMED[shape])]
+    shape = kind.removeprefix("xcost_")
+    if shape != kind and shape in ("gate_up", "down"):
+        # the table's register tiles of mma_weights_a for the shape (bf16, M=8 and 16), each
+        # whole and with each part taken out, at whichever M runs them: x's share of the whole
+        # (ablate 3) and of the math (4), at M=8 against M=16 for the same tile
+        tiles = [point_of(e["variant"], e["params"]) for e in table["entries"]
+                 if e["devices"] == ["sm_90"] and e["M"] in XCOST_MS
+                 and e["dtypes"] == ["bfloat16"] and e["shapes"][0] == shape
+                 and e["variant"] == NAME and not e["params"].get("bulk")
+                 and not e["params"].get("stages")]
+        tiles = [t for i, t in enumerate(tiles) if t not in tiles[:i]]
+        return [{**t, "ablate": a} for t in tiles for a in range(5)]
     if kind not in ABLATE_AT:
         raise ValueError(f"no diagnostic tiles named {kind!r} (balanced, cluster, loads, "
                          f"denorm_gate_up, denorm_down, bulk_gate_up, bulk_down, "
-                         f"{', '.join(ABLATE_AT)})")
+                         f"xcost_gate_up, xcost_down, {', '.join(ABLATE_AT)})")
     out = []
     for e in table["entries"]:
         if (e["devices"] == ["sm_90"] and e["M"] == ABLATE_AT[kind] and e["dtypes"] == ["bfloat16"]
@@ -401,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] != "tiles":
         print("usage: sweep_points.py tiles balanced|cluster|loads|denorm_gate_up|denorm_down|"
-              "bulk_gate_up|bulk_down|ablate|ablate16", file=sys.stderr)
+              "bulk_gate_up|bulk_down|xcost_gate_up|xcost_down|ablate|ablate16", file=sys.stderr)
         return 2
     table = json.loads(table_path().read_text())  # the table in effect, as the runtime reads it
     try:

@@ -253,7 +253,7 @@ case "$cmd" in
     # balance: the balanced gate/up tiles (bench/sweep_points.BALANCED), and the cluster
     # lever's tiles (CLUSTERED), checked bit for bit against their unclustered twins first in
     # a sweep of their own.
-    # DIAGNOSE_PARTS: which of hot, ablate, ablate16, loads, bulk, sections, sections16 (default
+    # DIAGNOSE_PARTS: which of hot, ablate, ablate16, loads, bulk, xcost, sections, sections16 (default
     # hot, ablate, ablate16 and sections)
     export PYTHONPATH=/tmp/site:$PWD
     tiles() { python3 bench/sweep_points.py tiles "$1"; }
@@ -315,10 +315,22 @@ case "$cmd" in
           || echo "diagnose: bulk $shape rc $?"
       done
     fi
+    # xcost: what the activations' loads cost, each launch alone: the table's mma_weights_a
+    # register tiles of gate/up and down (bf16, M=8 and 16) at both Ms, whole, loads alone, math
+    # alone, the whole without x's loads (ablate 3) and the math without them (4). M=16 reads
+    # twice M=8's activations from L2 for the same weights: whether that is what it pays for
+    if [[ $parts == *" xcost "* ]]; then
+      for shape in gate_up down; do
+        mkdir -p "$OUT/xcost_$shape"
+        NCU_LIGHT=1 NCU_TAG=_xcost_$shape NCU_DTYPES=bfloat16 OUT=$OUT/xcost_$shape bash "$0" \
+          ncucold --shapes $shape --ms 8,16 --reps 2 --tiles "$(tiles xcost_$shape)" \
+          || echo "diagnose: xcost $shape rc $?"
+      done
+    fi
     # each ablated tile's legs in one row: whole, loads alone, math alone at each denorm mode
     # (bench/ablate_legs.py), which is longer and how far the whole is over it
     legs=$(ls "$OUT"/ablate*/ncu_cold.csv "$OUT"/loads/ncu_cold.csv \
-      "$OUT"/bulk_*/ncu_cold.csv 2> /dev/null || true)
+      "$OUT"/bulk_*/ncu_cold.csv "$OUT"/xcost_*/ncu_cold.csv 2> /dev/null || true)
     # shellcheck disable=SC2086
     [ -z "$legs" ] || python3 bench/ablate_legs.py $legs --out "$OUT/legs" > /dev/null \
       || echo "diagnose: legs rc $?"

@@ -176,6 +176,37 @@ def test_ablate_takes_out_the_part_it_names(name):
             cuda_config.launch_config(name, 8, k, N, 64, dt, {**p, "stages": 3, "ablate": 1})
 
 
+@pytest.mark.parametrize("m, extra", [(8, {}), (16, {"x_early": 1}), (8, {"denorm": 2})])
+def test_ablate_3_and_4_take_out_the_activation_loads(m, extra):
+    """mma_weights_a's register pipeline: 3 makes the activation words up instead of loading
+    them (the output no longer depends on x, still on the weights), 4 the weight words too (on
+    neither: only the scales and biases are loaded). Elsewhere, one line."""
+    k, dt = 1024, "bfloat16"
+    qa = _case(k, dt)
+    qb = QWeights(qa.wq ^ mx.array(0x5A5A5A5A, dtype=mx.uint32), qa.scales, qa.biases, 64, 4)
+    xa, xb = _x(m, k, dt), -_x(m, k, dt) * 0.5
+    p = {"n_tile": 32, "k_groups": 2, "unroll": 2, **extra}
+
+    def run(x, q, ablate):
+        y = launch.launch("mma_weights_a", x, q, {**p, "ablate": ablate})
+        return np.array(y.astype(mx.float32))
+    whole = run(xa, qa, 0)
+    assert not np.array_equal(whole, run(xb, qa, 0))
+    no_x = [run(x, q, 3) for x, q in ((xa, qa), (xb, qa), (xa, qb))]
+    assert np.isfinite(no_x[0]).all() and np.abs(no_x[0]).max() > 0
+    assert np.array_equal(no_x[0], no_x[1]) and not np.array_equal(no_x[0], no_x[2])
+    assert not np.array_equal(no_x[0], whole)
+    pure = [run(x, q, 4) for x, q in ((xa, qa), (xb, qb))]
+    assert np.array_equal(pure[0], pure[1]) and not np.array_equal(pure[0], no_x[0])
+    assert not np.array_equal(pure[0], run(xa, qa, 2))
+    for other in ({"bulk": 3, "stages": 2, "k_groups": 4, "unroll": 1}, {"stages": 3}):
+        with pytest.raises(TilingError, match="takes the activation loads out of the register "
+                                              "pipeline alone"):
+            cuda_config.launch_config("mma_weights_a", 8, k, N, 64, dt,
+                                      {**VARIANTS["mma_weights_a"].DEFAULTS, **p, **other,
+                                       "ablate": 3})
+
+
 def test_a_table_entry_that_selects_an_ablated_kernel_is_refused():
     from kernels.selection import build_table
     entry = {"devices": ["sm_90"], "dtypes": ["bfloat16"], "M": 8, "bits": 4,

@@ -224,6 +224,34 @@ def test_the_m16_ablated_tiles_are_the_tables_m16_tiles_and_launch_at_m16():
             assert cuda.launch_config(name, 16, k, n, 64, "bfloat16", p).grid > 0
 
 
+def test_the_xcost_tiles_are_the_tables_register_tiles_with_each_part_out_and_launch():
+    """``xcost_<shape>``: the table's bf16 mma_weights_a register tiles of the shape at M=8 and
+    16, each once (whole, then ablate 1-4), every one a launch on its shape at both Ms (the run
+    times each at both: the same tile's x cost at M=8 against M=16); a bulk or ring tile would
+    be refused there, so none is taken."""
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    for shape in ("gate_up", "down"):
+        tiles = sp.diagnostic_tiles(f"xcost_{shape}", table)
+        shipped = [sp.point_of(e["variant"], e["params"]) for e in table["entries"]
+                   if e["devices"] == ["sm_90"] and e["M"] in (8, 16)
+                   and e["dtypes"] == ["bfloat16"] and e["shapes"][0] == shape
+                   and e["variant"] == sp.NAME]
+        assert shipped and all(not t.get("bulk") and not t.get("stages") for t in shipped)
+        once = [t for i, t in enumerate(shipped) if t not in shipped[:i]]
+        assert tiles == [{**t, "ablate": a} for t in once for a in range(5)]
+        k, n = cv.SHAPES[shape]
+        for t in tiles:
+            for m in (8, 16):
+                cfg = cuda.launch_config(sp.NAME, m, k, n, 64, "bfloat16", t)
+                assert cfg.template["ABLATE"] == t["ablate"] and cfg.grid > 0
+    bulk = {"devices": ["sm_90"], "dtypes": ["bfloat16"], "M": 8, "shapes": ["down"],
+            "variant": sp.NAME, "params": {"n_tile": 16, "k_groups": 8, "unroll": 1,
+                                            "stages": 4, "bulk": 3}}
+    assert sp.diagnostic_tiles("xcost_down", {"entries": [bulk]}) == []
+    with pytest.raises(ValueError, match="xcost_gate_up"):
+        sp.diagnostic_tiles("xcost_vocab", table)
+
+
 def test_the_loads_tiles_are_loads_alone_in_bounds_and_launch_where_they_tile():
     """``loads``: every LOADS tile with its math taken out (ablate 1), so the run times the
     load leg alone. Each runs on the CUDA emulator, bounds checked, at a K that gives a warp

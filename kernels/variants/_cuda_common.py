@@ -236,7 +236,9 @@ MMA_LANES = mma_lanes()
 # table may take: its output is wrong by design) takes a part out: 1, the math (each batch's
 # weight words are folded into one register, so their loads stay: loads alone); 2, the weight
 # loads (the body's ``load`` makes the words up from the step: the math alone, with the scales
-# and activations still loaded). 0 compiles the kernel unchanged.
+# and activations still loaded); with mma_weights_a's register pipeline also 3, the activation
+# loads (``load_x`` makes the words up: the whole but x's traffic) and 4, both (the math with
+# the scales alone loaded). 0 compiles the kernel unchanged.
 _BATCH_DRIVER = r"""
     [[maybe_unused]] uint32_t sink = 0;  // ABLATE == 1: the loaded weight words, folded
     auto compute = [&](const Batch& b, int s0) {
@@ -295,6 +297,10 @@ BATCH_DRIVER = batch_driver()
 # ABLATE == 2: the weight words a load would bring, made up from the step and the lane's place
 # (not constants, or the compiler would fold the math away).
 ABLATE_WORD = "(uint32_t(step) * 0x9E3779B9u) ^ uint32_t(threadIdx.x * 8 + c * 2 + h)"
+# ABLATE 3 and 4 (mma_weights_a's register pipeline): the activation words a load would bring,
+# made up the same way; the mask keeps every half a finite number of either half type.
+ABLATE_X_WORD = ("((uint32_t(step) * 0x9E3779B9u) ^ uint32_t(threadIdx.x * 16 + mt * 4 + i))"
+                 " & 0x3DFF3DFFu")
 
 # The warps' float32 C tiles (acc[M_TILES][COL_TILES][4]: rows are output columns g and g + 8,
 # columns activation rows 2t and 2t + 1) through shared memory ``partial[K_GROUPS][PROWS][COLS]``,

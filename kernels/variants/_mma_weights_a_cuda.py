@@ -6,6 +6,7 @@ Kept apart because the source is most of the variant's lines; ``mma_weights_a`` 
 
 from kernels.variants._cuda_common import (
     ABLATE_WORD,
+    ABLATE_X_WORD,
     BULK_HEADER,
     C_TILE_SUMS,
     CLUSTER_HEADER,
@@ -181,6 +182,17 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
 #pragma unroll
         for (int i = 0; i < 4; ++i) xa[mt][i] = row < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
       }
+    } else if constexpr (ABLATE >= 3) {  // no activation loads: the words made up
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        const int row = 8 * mt + g;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t v = """ + ABLATE_X_WORD + r""";
+          xa[mt][i] = row < M_ROWS ? make_uint4(v, v ^ 0x10001u, v ^ 0x20002u, v ^ 0x30003u)
+                                   : make_uint4(0, 0, 0, 0);
+        }
+      }
     } else {
 #pragma unroll
       for (int mt = 0; mt < M_TILES; ++mt) {
@@ -347,7 +359,7 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = 16 * c + 8 * h;  // the row's offset from the lane's first
-            if constexpr (ABLATE == 2) {
+            if constexpr (ABLATE == 2 || ABLATE == 4) {
               const uint32_t v = """ + ABLATE_WORD + r""";
               b.wq[u][c][h] = make_uint4(v, v ^ 1u, v ^ 2u, v ^ 3u);
             } else {
