@@ -27,6 +27,7 @@ from sweep_records import (
     POINTS_2026_12_04_BULK_ROWS,
     ROWWARPS_M16_TILES_2026_12_07,
     XSHARE_M16_TILES_2026_12_07,
+    XSHARE_U2_M16_TILES_2026_12_07,
     XSHARE_TILES_2026_12_07,
 )
 
@@ -311,6 +312,7 @@ BULK_SMOKE = (((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 4, 1, 0, 4), {"bulk": 2}),
 SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm": BULK_DENORM,
         "bulk-vs-table": BULK_VS_TABLE, "bulk-x": BULK_X, "bulk-m16": BULK_M16,
         "xshare": XSHARE_TILES_2026_12_07, "xshare-m16": XSHARE_M16_TILES_2026_12_07,
+        "xshare-u2-m16": XSHARE_U2_M16_TILES_2026_12_07,
         "rowwarps-m16": ROWWARPS_M16_TILES_2026_12_07,
         "2026-12-05-bulk": BULK_TILES_2026_12_05, "2026-12-05-bulk3": BULK3_TILES_2026_12_05,
         "2026-12-05-bulk3-xring": BULK3_XRING_TILES_2026_12_05,
@@ -374,6 +376,12 @@ def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
     if shape != kind and shape in DENORMED:
         # a shape's denormed tiles, each beside its plain self (the same run's baseline)
         return [as_params(pt) for pt in with_plain_twins(DENORMED[shape])]
+    if kind.startswith("set:"):  # set:<name>:<shape>, a sweep set's points for ncu alone
+        _, name, shape = (kind.split(":") + ["", ""])[:3]
+        if shape not in SETS.get(name, {}):
+            raise ValueError(f"no sweep set {name!r} with shape {shape!r} (sets: "
+                             f"{', '.join(SETS)})")
+        return [as_params(pt) for pt in SETS[name][shape]]
     shape = kind.removeprefix("xcost_")
     if shape != kind and shape in ("gate_up", "down"):
         # the table's register tiles of mma_weights_a for the shape (bf16, M=8 and 16), each
@@ -415,7 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] != "tiles":
         print("usage: sweep_points.py tiles balanced|cluster|loads|denorm_gate_up|denorm_down|"
-              "bulk_gate_up|bulk_down|xcost_gate_up|xcost_down|ablate|ablate16", file=sys.stderr)
+              "bulk_gate_up|bulk_down|xcost_gate_up|xcost_down|ablate|ablate16|set:NAME:SHAPE",
+              file=sys.stderr)
         return 2
     table = json.loads(table_path().read_text())  # the table in effect, as the runtime reads it
     try:

@@ -159,6 +159,15 @@ XSHARE_M16_TILES_2026_12_07 = {"gate_up": [_xs((32, 4, 1, 0, 0, 128, 1), 4, 4), 
               "down": [_xs((32, 8, 2, 0, 0, 128, 1), 4, 8), _xs((32, 8, 2, 0, 0), 4, 8, 1),
                        _xs((16, 8, 1, 1, 0), 4, 8),
                        (32, 8, 2, 0, 0, 128, 1)]}
+# Added 2026-12-07 (11:15 UTC), after the H100's xcost run (bench/results/h100/xcost_1037):
+# at M=16 the table's gate/up tile of M=8 (32 x 4 u2, denorm 2) took 49.0 us whole and 24.5
+# without its activation loads (ablate 3), against 24.3 whole at M=8: x is what that tile pays
+# at M=16. The same tile (and down's 32 x 8 u2) with x read once a block (W 4, S = k_groups,
+# with and without x_share), beside itself; with XSHARE_M16 at --point-m 16, graphs off.
+XSHARE_U2_M16_TILES_2026_12_07 = {
+    "gate_up": [_xs((32, 4, 2, 0, 0), 4, 4), _xs((32, 4, 2, 0, 0), 4, 4, 1),
+                ((32, 4, 2, 0, 0), _DENORM_2)],
+    "down": [_xs((32, 8, 2, 0, 0), 4, 8), ((32, 8, 2, 0, 0), _DENORM_2)]}
 # Added 2026-12-07: mma_weights_a's ``row_warps`` 2 at M=16 (--point-m 16): a warp per 8 rows,
 # so each warp holds one accumulator set and issues one mma per dequantized fragment, as at M=8,
 # and the two warps of a K group read the same weights at once. The table's bf16 M=16 tiles

@@ -252,6 +252,18 @@ def test_the_xcost_tiles_are_the_tables_register_tiles_with_each_part_out_and_la
         sp.diagnostic_tiles("xcost_vocab", table)
 
 
+def test_a_sweep_sets_points_are_tiles_for_ncu_alone_and_a_bad_name_is_one_error():
+    """``set:<name>:<shape>``: a sweep set's points of one shape as ncu's --tiles take them
+    (an M=16 set is timed alone at M=16, where its batched sweep was never run)."""
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    tiles = sp.diagnostic_tiles("set:xshare-m16:gate_up", table)
+    assert tiles == [sp.as_params(pt) for pt in sp.SETS["xshare-m16"]["gate_up"]]
+    assert any(t.get("col_warps", 1) > 1 for t in tiles) and tiles[-1].get("col_warps", 1) == 1
+    for bad in ("set:nonesuch:gate_up", "set:xshare-m16:vocab", "set:xshare-m16"):
+        with pytest.raises(ValueError, match="no sweep set"):
+            sp.diagnostic_tiles(bad, table)
+
+
 def test_the_loads_tiles_are_loads_alone_in_bounds_and_launch_where_they_tile():
     """``loads``: every LOADS tile with its math taken out (ablate 1), so the run times the
     load leg alone. Each runs on the CUDA emulator, bounds checked, at a K that gives a warp
