@@ -27,8 +27,8 @@ from sweep_records import (
     POINTS_2026_12_04_BULK_ROWS,
     ROWWARPS_M16_TILES_2026_12_07,
     XSHARE_M16_TILES_2026_12_07,
-    XSHARE_U2_M16_TILES_2026_12_07,
     XSHARE_TILES_2026_12_07,
+    XSHARE_U2_M16_TILES_2026_12_07,
 )
 
 from kernels.selection import table_path
