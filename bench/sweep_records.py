@@ -1,7 +1,7 @@
 """The tiles the earlier cold sweeps of ``mma_weights_a`` ran (2026-12-03 to -07), one set a
 run: each is the record of what a run in bench/results/h200/ (or h100/) timed, with its tree.
 
-Kept apart from bench/sweep_points.py (the next set, the diagnostic tiles and the helpers that
+Kept apart from bench/sweep_points.py (the next set and the helpers that
 turn a point into launch params), which names each of these in ``SETS`` so a run can be
 repeated by name; nothing here changes once its run is committed.
 """

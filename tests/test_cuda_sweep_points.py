@@ -16,6 +16,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import cuda_verify as cv
+import diagnostic_tiles as dt
 import sweep_points as sp
 
 from kernels import cuda, cuda_offline
@@ -109,7 +110,7 @@ def test_the_diagnostic_tiles_are_the_tables_and_the_balanced_ones_and_all_launc
     gate/up tiles: taken from the table and the set, so they follow whatever ships, and each
     one builds a launch at both shapes (a tile that cannot would cost the run an error)."""
     table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
-    ablate = sp.diagnostic_tiles("ablate", table)
+    ablate = dt.diagnostic_tiles("ablate", table)
     shipped = {(e["shapes"][0], e["variant"]) for e in table["entries"]
                if e["devices"] == ["sm_90"] and e["M"] == 8 and e["dtypes"] == ["bfloat16"]
                and e["shapes"][0] in ("gate_up", "down")}
@@ -124,7 +125,7 @@ def test_the_diagnostic_tiles_are_the_tables_and_the_balanced_ones_and_all_launc
     assert sorted(t.get("denorm", 0) for t in ablate if "ablate" not in t) == sorted(
         d for o in own for d in (0, 1, 2) if d != o)
     assert {t.get("variant", sp.NAME) for t in ablate} == {v for _, v in shipped}
-    balanced = sp.diagnostic_tiles("balanced", table)
+    balanced = dt.diagnostic_tiles("balanced", table)
     assert [t["n_tile"] for t in balanced] == [16] * 4 and {t["k_groups"] for t in balanced} == {2}
     for t in ablate + balanced:
         for op in ("gate_up", "down"):
@@ -132,7 +133,7 @@ def test_the_diagnostic_tiles_are_the_tables_and_the_balanced_ones_and_all_launc
             name, p = sp.launch_of(t)
             assert cuda.launch_config(name, 8, k, n, 64, "bfloat16", p).grid > 0
     with pytest.raises(ValueError, match="no diagnostic tiles named 'hot'"):
-        sp.diagnostic_tiles("hot", table)
+        dt.diagnostic_tiles("hot", table)
 
 
 def test_check_only_flags_a_lever_that_changes_the_output_and_renders_without_timings(
@@ -206,7 +207,7 @@ def test_the_m16_ablated_tiles_are_the_tables_m16_tiles_and_launch_at_m16():
     """``ablate16``: the table's M=16 gate/up and down bf16 tiles with a part taken out, each
     building a launch at M=16 on both shapes."""
     table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
-    tiles = sp.diagnostic_tiles("ablate16", table)
+    tiles = dt.diagnostic_tiles("ablate16", table)
     shipped = [sp.point_of(e["variant"], e["params"]) for e in table["entries"]
                if e["devices"] == ["sm_90"] and e["M"] == 16 and e["dtypes"] == ["bfloat16"]
                and e["shapes"][0] in ("gate_up", "down")]
@@ -231,7 +232,7 @@ def test_the_xcost_tiles_are_the_tables_register_tiles_with_each_part_out_and_la
     be refused there, so none is taken."""
     table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
     for shape in ("gate_up", "down"):
-        tiles = sp.diagnostic_tiles(f"xcost_{shape}", table)
+        tiles = dt.diagnostic_tiles(f"xcost_{shape}", table)
         shipped = [sp.point_of(e["variant"], e["params"]) for e in table["entries"]
                    if e["devices"] == ["sm_90"] and e["M"] in (8, 16)
                    and e["dtypes"] == ["bfloat16"] and e["shapes"][0] == shape
@@ -247,21 +248,21 @@ def test_the_xcost_tiles_are_the_tables_register_tiles_with_each_part_out_and_la
     bulk = {"devices": ["sm_90"], "dtypes": ["bfloat16"], "M": 8, "shapes": ["down"],
             "variant": sp.NAME, "params": {"n_tile": 16, "k_groups": 8, "unroll": 1,
                                             "stages": 4, "bulk": 3}}
-    assert sp.diagnostic_tiles("xcost_down", {"entries": [bulk]}) == []
+    assert dt.diagnostic_tiles("xcost_down", {"entries": [bulk]}) == []
     with pytest.raises(ValueError, match="xcost_gate_up"):
-        sp.diagnostic_tiles("xcost_vocab", table)
+        dt.diagnostic_tiles("xcost_vocab", table)
 
 
 def test_a_sweep_sets_points_are_tiles_for_ncu_alone_and_a_bad_name_is_one_error():
     """``set:<name>:<shape>``: a sweep set's points of one shape as ncu's --tiles take them
     (an M=16 set is timed alone at M=16, where its batched sweep was never run)."""
     table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
-    tiles = sp.diagnostic_tiles("set:xshare-m16:gate_up", table)
+    tiles = dt.diagnostic_tiles("set:xshare-m16:gate_up", table)
     assert tiles == [sp.as_params(pt) for pt in sp.SETS["xshare-m16"]["gate_up"]]
     assert any(t.get("col_warps", 1) > 1 for t in tiles) and tiles[-1].get("col_warps", 1) == 1
     for bad in ("set:nonesuch:gate_up", "set:xshare-m16:vocab", "set:xshare-m16"):
         with pytest.raises(ValueError, match="no sweep set"):
-            sp.diagnostic_tiles(bad, table)
+            dt.diagnostic_tiles(bad, table)
 
 
 def test_the_loads_tiles_are_loads_alone_in_bounds_and_launch_where_they_tile():
@@ -274,8 +275,8 @@ def test_the_loads_tiles_are_loads_alone_in_bounds_and_launch_where_they_tile():
     from kernels.tiling import TilingError
 
     table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
-    tiles = sp.diagnostic_tiles("loads", table)
-    assert len(tiles) == len(sp.LOADS) and all(t["ablate"] == 1 for t in tiles)
+    tiles = dt.diagnostic_tiles("loads", table)
+    assert len(tiles) == len(dt.LOADS) and all(t["ablate"] == 1 for t in tiles)
     for t in tiles:
         k = 128 * t["k_groups"] * t["unroll"] * 2 * (1 + t["prefetch"])
         w = mx.random.normal((64, k), key=mx.random.key(k)) / k ** 0.5
@@ -298,7 +299,7 @@ def test_the_bulk_tiles_legs_are_each_tile_whole_loads_alone_and_math_alone_and_
     denorm 2, each against its plain register twin."""
     table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
     for shape, pts in sp.BULK_TILES.items():
-        tiles = sp.diagnostic_tiles(f"bulk_{shape}", table)
+        tiles = dt.diagnostic_tiles(f"bulk_{shape}", table)
         assert len(tiles) == 4 * len(pts) and all(t["bulk"] == 3 for t in tiles)
         legs = [(t.get("ablate", 0), t.get("denorm", 0)) for t in tiles]
         assert legs == [(0, 0), (0, 2), (1, 0), (2, 2)] * len(pts)
@@ -343,3 +344,18 @@ def test_the_bulk_against_table_set_holds_the_tables_own_bf16_m8_tile_and_render
     rows = [ln for ln in render(res).splitlines() if ln.startswith("| gate_up")][1:3]
     assert rows[0].endswith("| 22.0 | 22.5 | 1.02 | 24.0 |")
     assert rows[1].endswith("| 23.0 | 25.3 | 1.10 | 26.0 |") and ", 3, -, 2," in rows[1]
+
+
+def test_the_diagnostic_tiles_cli_prints_json_and_a_bad_kind_is_one_line():
+    """h200.sh's ``tiles`` calls the script: its JSON is the function's, and a bad kind is
+    one line on stderr and exit 2, so the diagnose run names what went wrong."""
+    import subprocess
+    script = [sys.executable, str(ROOT / "bench" / "diagnostic_tiles.py")]
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([*script, "xcost_gate_up"], capture_output=True, text=True, env=env,
+                       check=False)
+    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    assert r.returncode == 0 and json.loads(r.stdout) == dt.diagnostic_tiles("xcost_gate_up", table)
+    for bad in (["nonesuch"], []):
+        r = subprocess.run([*script, *bad], capture_output=True, text=True, env=env, check=False)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
