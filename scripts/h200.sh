@@ -268,7 +268,7 @@ case "$cmd" in
       OUT=$OUT/ablate16 bash "$0" ncucold --shapes gate_up,down --ms 16 --reps 2 \
       --tiles "$(tiles ablate16)" || echo "diagnose: ablate16 rc $?"
     # loads: the load leg alone of tiles with more weight bytes in flight than the shipped one
-    # (bench/sweep_points.LOADS), beside a bare read of the same sizes in the same call
+    # (bench/diagnostic_tiles.LOADS), beside a bare read of the same sizes in the same call
     if [[ $parts == *" loads "* ]]; then
       mkdir -p "$OUT/loads"
       NCU_LIGHT=1 NCU_TAG=_loads NCU_DTYPES=bfloat16 OUT=$OUT/loads bash "$0" ncucold \
