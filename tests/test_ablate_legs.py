@@ -92,13 +92,9 @@ def test_the_whole_and_the_math_without_x_loads_are_legs_at_the_tiles_mode(tmp_p
     """ablate 3 (the whole without the activation loads) and 4 (the math without them) are
     legs of their own, read at the same denorm mode as the row's other legs, and shown."""
     csv = tmp_path / "ncu.csv"
-    csv.write_text(csv_of([
-        (f"gate_up bfloat16 M=16 tile {TILE}, 'denorm': 2, 'ablate': 0}}", WA, 30.0),
-        (f"gate_up bfloat16 M=16 tile {TILE}, 'denorm': 2, 'ablate': 1}}", WA, 21.0),
-        (f"gate_up bfloat16 M=16 tile {TILE}, 'denorm': 2, 'ablate': 2}}", WA, 24.0),
-        (f"gate_up bfloat16 M=16 tile {TILE}, 'denorm': 2, 'ablate': 3}}", WA, 26.5),
-        (f"gate_up bfloat16 M=16 tile {TILE}, 'denorm': 2, 'ablate': 4}}", WA, 17.5),
-    ]))
+    times = {0: 30.0, 1: 21.0, 2: 24.0, 3: 26.5, 4: 17.5}  # by ablate, the tile at denorm 2
+    csv.write_text(csv_of([(f"gate_up bfloat16 M=16 tile {TILE}, 'denorm': 2, 'ablate': {a}}}",
+                            WA, us) for a, us in times.items()]))
     (row,) = al.legs([str(csv)])
     us = {k: v["us"] for k, v in row["legs"].items()}
     assert us == {"whole_2": 30.0, "loads_0": 21.0, "math_2": 24.0, "no_x_2": 26.5,
