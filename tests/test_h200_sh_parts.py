@@ -1,8 +1,8 @@
 """scripts/h200.sh's ``denorm`` and ``diagnose`` run the parts a call names (DENORM_PARTS,
 DIAGNOSE_PARTS), so a plan can split them over calls of at most 600 s. Run here with
 ``python3`` and ``ncu`` stood in by scripts that log their arguments (the device's are real):
-what is checked is the shell's choice of steps, not a measurement. ``bench/sweep_points.py
-tiles`` runs for real (the tiles ncu is given)."""
+what is checked is the shell's choice of steps, not a measurement. ``bench/diagnostic_tiles.py``
+runs for real (the tiles ncu is given)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LOG_STUB = """#!/bin/sh
 IFS="$(printf '\\t')"  # arguments logged tab-separated: one JSON stays one argument
 echo "$(basename "$0")	$*" >> "$STUB_LOG"
-case "$*" in *sweep_points.py*) exec "$REAL_PYTHON" "$@";; esac
+case "$*" in *diagnostic_tiles.py*) exec "$REAL_PYTHON" "$@";; esac
 exit 0
 """
 
@@ -39,7 +39,7 @@ def _run(tmp_path: Path, cmd: str, env: dict) -> list[str]:
     r = subprocess.run(["bash", "scripts/h200.sh", cmd], cwd=ROOT, env=full,
                        capture_output=True, text=True, timeout=120, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
-    return [ln for ln in log.read_text().splitlines() if "sweep_points.py" not in ln]
+    return [ln for ln in log.read_text().splitlines() if "diagnostic_tiles.py" not in ln]
 
 
 def _flat(ln: str) -> str:
@@ -130,3 +130,19 @@ def test_diagnose_bulk_checks_the_bulk_tiles_then_times_each_shapes_legs(tmp_pat
     legs = [_flat(ln) for ln in lines if "ablate_legs.py" in ln]
     assert len(legs) == 1 and "bulk_gate_up/ncu_cold.csv" in legs[0]
     assert "bulk_down/ncu_cold.csv" in legs[0] and "ablate/ncu_cold.csv" in legs[0]
+
+
+def test_diagnose_xcost_times_each_shapes_register_tiles_at_both_ms_and_tabulates_them(tmp_path):
+    """``xcost``: one ncu run a shape, at M=8 and 16, of the table's register tiles whole and
+    with ablate 1-4, and the legs table reads both shapes' CSVs."""
+    lines = _run(tmp_path, "diagnose", {"DIAGNOSE_PARTS": "xcost"})
+    ncu = [ln.split("\t") for ln in lines if ln.startswith("ncu\t--clock-control")]
+    assert len(ncu) == 2
+    for run, shape in zip(ncu, ("gate_up", "down"), strict=True):
+        assert run[run.index("--shapes") + 1] == shape and run[run.index("--ms") + 1] == "8,16"
+        tiles = json.loads(run[run.index("--tiles") + 1])
+        assert tiles and {t["ablate"] for t in tiles} == {0, 1, 2, 3, 4}
+        assert not any(t.get("bulk") or t.get("stages") for t in tiles)
+    legs = [_flat(ln) for ln in lines if "ablate_legs.py" in ln]
+    assert len(legs) == 1 and "xcost_gate_up/ncu_cold.csv" in legs[0]
+    assert "xcost_down/ncu_cold.csv" in legs[0]
