@@ -200,6 +200,20 @@ BULK_M16 = {"gate_up": [((32, 4, 1, 0, 2), {"bulk": 3, **DENORM_2}),
                         ((16, 4, 1, 0, 2), {"bulk": 3, **DENORM_2}),
                         (32, 4, 1, 0, 0, 128, 1),
                         ((32, 4, 1, 0, 0, 128, 1), DENORM_2)]}
+# x_early 3 (built 2026-12-07 11:40 UTC with no device; bit for bit on the CUDA emulator): each
+# lane's activations through its warp's cp.async ring of 2 K steps, one step ahead, in the
+# register pipeline. At M=16 the u2 denorm-2 tile took 49.0 us whole and 24.5 without x's loads
+# (an H100, bench/results/h100/xcost_1037); x ahead in registers costs 150-166 registers
+# (x_delivery_m16). nvcc 13, bf16 M=16: gate/up 32 x 4 u1 denorm 2 83 registers, u2 120 (min_blocks
+# 5: 96, 12 bytes spilled), 40 KiB of shared memory (5 blocks an SM); k_groups 8 does not fit
+# 48 KiB at M=16.
+# Beside the table's M=16 tiles and their denorm-2 twins, timed at --point-m 16.
+XRING_M16 = {"gate_up": [((32, 4, 1, 0, 0, 128, 3), DENORM_2), ((32, 4, 2, 0, 0, 128, 3), DENORM_2),
+                         ((32, 4, 2, 0, 0, 128, 3, 5), DENORM_2), ((32, 4, 2, 0, 0), DENORM_2),
+                         ((32, 4, 1, 0, 0, 128, 1), DENORM_2), (32, 4, 1, 0, 0, 128, 1)],
+             "down": [((32, 4, 1, 0, 0, 128, 3), DENORM_2), ((32, 4, 2, 0, 0, 128, 3), DENORM_2),
+                      ((32, 4, 2, 0, 0), DENORM_2), ((32, 8, 2, 0, 0, 128, 1), DENORM_2),
+                      (32, 8, 2, 0, 0, 128, 1)]}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}
@@ -309,7 +323,7 @@ BULK_SMOKE = (((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 4, 1, 0, 4), {"bulk": 2}),
 SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm": BULK_DENORM,
         "bulk-vs-table": BULK_VS_TABLE, "bulk-x": BULK_X, "bulk-m16": BULK_M16,
         "xshare": XSHARE_TILES_2026_12_07, "xshare-m16": XSHARE_M16_TILES_2026_12_07,
-        "xshare-u2-m16": XSHARE_U2_M16_TILES_2026_12_07,
+        "xshare-u2-m16": XSHARE_U2_M16_TILES_2026_12_07, "xring-m16": XRING_M16,
         "rowwarps-m16": ROWWARPS_M16_TILES_2026_12_07,
         "2026-12-05-bulk": BULK_TILES_2026_12_05, "2026-12-05-bulk3": BULK3_TILES_2026_12_05,
         "2026-12-05-bulk3-xring": BULK3_XRING_TILES_2026_12_05,

@@ -103,6 +103,10 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
         raise tiling.TilingError(f"{name}: ablate={ablate} takes the activation loads out of "
                                  f"the register pipeline alone (stages=0, bulk=0, col_warps=1, "
                                  f"cluster=1, x_share=0)")
+    if x_early == 3 and (stages or bulk or col_warps > 1 or cluster > 1 or x_share):
+        raise tiling.TilingError(f"{name}: x_early=3 rings the activations through shared memory "
+                                 f"in the register pipeline alone (stages=0, bulk=0, col_warps=1, "
+                                 f"cluster=1, x_share=0)")
     if ablate and stages and not bulk:
         raise tiling.TilingError(f"{name}: ablate takes a part out of the register pipeline "
                                  f"or the bulk pipeline, not the cp.async ring")
@@ -117,7 +121,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     template = {"M_ROWS": m // row_warps, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups,
                 "UNROLL": unroll, "PREFETCH": bool(int(p["prefetch"])), "STAGES": stages,
                 "L2_PREFETCH": int(p.get("l2_prefetch", 128)),
-                "X_EARLY": x_early if x_early == 2 else bool(x_early),
+                "X_EARLY": x_early if x_early in (2, 3) else bool(x_early),
                 "HI_IN_PLACE": bool(hi_in_place), "DENORM": denorm, "BULK": bool(bulk),
                 "PACKED": packs_weights(p), "LEADER": bulk == 3, "ABLATE": ablate,
                 "COL_WARPS": col_warps, "CLUSTER": cluster, "X_SHARE": bool(x_share),
@@ -132,6 +136,13 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
         raise tiling.TilingError(
             f"{name} does not tile M={m}, K={k}, N={n}, {dtype}, group_size={group_size} with "
             f"{p}: its cp.async ring ({ring} B) exceeds the 48 KiB of static shared memory")
+    if x_early == 3:  # the partial sums, then each warp's ring of 2 K steps of x
+        m_tiles = -(-(m // row_warps) // 8)
+        smem = k_groups * row_warps * (8 * m_tiles * n_tile * 4 + 2 * 4 * m_tiles * 32 * 16)
+        if smem > tiling.MEMORY["cuda"][0]:
+            raise tiling.TilingError(
+                f"{name} does not tile M={m} with {p}: its partial sums and x ring ({smem} B) "
+                f"exceed the 48 KiB of static shared memory")
     if col_warps > 1 or cluster > 1 or x_share:
         return _shared_x_config(name, m, n, n_tile, k_groups, dtype, template, min_blocks)
     threads = 32 * k_groups * row_warps  # row_warps: a warp per 8 rows of each K group

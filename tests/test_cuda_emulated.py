@@ -110,6 +110,31 @@ def test_every_lever_gives_the_plain_register_pipelines_output_bit_for_bit(name,
             assert mx.array_equal(y, y0).item(), (k, k_groups, m, lever)
 
 
+def test_x_early_3_rings_the_activations_through_shared_memory_bit_for_bit():
+    """``x_early`` 3: each lane's activations copied (cp.async) into its warp's ring of 2 K
+    steps, one step ahead of their math, in the register pipeline: the plain pipeline's output
+    bit for bit, at 9 steps a warp (odd), at M=16 (two activation tiles, and a warp per 8 rows)
+    and M=4 (rows past M never copied), with unroll, prefetch and denorm beside it; refused
+    with another pipeline, and where its ring and the partial sums pass 48 KiB. (bf16: the
+    ring moves 16-byte chunks whatever the half type.)"""
+    dt = "bfloat16"
+    qw = _case(1152, dt, spread=0.25)
+    levers = [{"x_early": 3}, {"x_early": 3, "unroll": 2, "prefetch": 1, "denorm": 1}]
+    for m, k_groups, extra in ((8, 1, {}), (16, 3, {}), (16, 1, {"row_warps": 2}), (4, 3, {})):
+        x = _x(m, 1152, dt)
+        plain = {"n_tile": 32, "k_groups": k_groups, "unroll": 1, **extra}
+        y0 = launch.launch("mma_weights_a", x, qw, plain)
+        for lever in levers:
+            y = launch.launch("mma_weights_a", x, qw, {**plain, **lever})
+            assert mx.array_equal(y, y0).item(), (m, k_groups, extra, lever)
+    base = {**VARIANTS["mma_weights_a"].DEFAULTS, "n_tile": 32, "k_groups": 4, "x_early": 3}
+    for other, why in (({"stages": 2}, "register pipeline alone"),
+                       ({"bulk": 3, "stages": 2, "unroll": 1}, "register pipeline alone"),
+                       ({"k_groups": 8}, "exceed the 48 KiB")):
+        with pytest.raises(TilingError, match=why):
+            cuda_config.launch_config("mma_weights_a", 16, 5120, 17408, 64, dt, {**base, **other})
+
+
 def cuda_limit_fits(qw: QWeights, dt: str) -> bool:
     from kernels.cuda import DENORM_SCALE_LIMIT  # needs no CUDA backend: a table of numbers
     top = float(mx.abs(qw.scales).max().astype(mx.float32).item())

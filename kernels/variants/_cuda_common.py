@@ -249,7 +249,7 @@ _BATCH_DRIVER = r"""
       } else {
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
-          if constexpr (X_EARLY) {
+          if constexpr (X_EARLY == 1) {
             batch_math(b, u, (@GROUP@) * GROUP_STEPS + s0 + u, b.xa[u]);
           } else {
             uint4 xa[M_TILES][4];

@@ -101,8 +101,13 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   constexpr int XS_PITCH = 272;
   constexpr int XS_SLOT = M_ROWS * XS_PITCH;
   constexpr int XS_BYTES = X_SHARE ? 2 * XS_SLOT : 0;
+  // X_EARLY 3 (register pipeline): each lane's activations through a ring of X_DEPTH K steps
+  // of its own, after the partial sums (a warp may still read its last step while another
+  // writes its sums); kernels.cuda_config checks that it fits
+  constexpr int XR_BYTES = X_EARLY == 3 ? 2 * K_GROUPS * ROW_WARPS * XQ * 32 * 16 : 0;
   constexpr int SMEM_BYTES =
-      BULK ? 16 : (RING_BYTES > PARTIAL_BYTES + XS_BYTES ? RING_BYTES : PARTIAL_BYTES + XS_BYTES);
+      BULK ? 16 : (RING_BYTES > PARTIAL_BYTES + XS_BYTES + XR_BYTES ? RING_BYTES
+                                                                   : PARTIAL_BYTES + XS_BYTES + XR_BYTES);
   __shared__ __align__(16) unsigned char smem[SMEM_BYTES];
   // BULK: the ring lives in dynamic shared memory (kernels.cuda sizes it: bulk_smem_bytes):
   // [mbarriers, 128 B][scales of the block's rows][biases][STAGES stages of weights].
@@ -120,6 +125,7 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   // BULK with X_EARLY: each lane's activations through a ring of X_DEPTH K steps after the
   // weights' (kernels.cuda_config.BULK_X_DEPTH sizes it)
   constexpr int X_DEPTH = 2;
+  static_assert(X_EARLY != 3 || XR_BYTES == X_DEPTH * K_GROUPS * ROW_WARPS * XQ * 32 * 16);
   extern __shared__ __align__(128) unsigned char dsmem[];
 """ + mma_lanes("(blockIdx.x / CLUSTER) * COL_WARPS + (threadIdx.x >> 5) % COL_WARPS") + r"""
   // The warp's K group: its row of the block's warps, after the K groups of the cluster's
@@ -162,8 +168,30 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
         xr[j] = reinterpret_cast<const uint4*>(x + (c / 16) * K + step * 128)[c % 16];
     }
   };
+  // X_EARLY 3: the lane's 16-byte slots of its warp's x ring, and the copies of K step ls
+  // (none past the warp's K group: an empty group keeps wait_group's count); a lane reads back
+  // only what it copied, so cp.async.wait_group alone orders the ring.
+  // (Off, the pointer is smem's start: past a 16-byte BULK buffer it would be undefined.)
+  constexpr int XR_OFF = X_EARLY == 3 ? PARTIAL_BYTES + XS_BYTES : 0;
+  [[maybe_unused]] uint4* x_ring3 = reinterpret_cast<uint4*>(smem + XR_OFF) +
+                                    (X_EARLY == 3 ? warp * (X_DEPTH * XQ * 32) + lane : 0);
+  [[maybe_unused]] auto issue_x3 = [&](int ls) {
+    if (ls < (kgroup + 1) * GROUP_STEPS) {
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        if (8 * mt + g < M_ROWS) {
+          const T* xp = x_lane + 8 * mt * K + ls * 128;
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            dflash2_cp_async16_ca(x_ring3 + ((ls % X_DEPTH) * XQ + 4 * mt + i) * 32, xp + 8 * i);
+        }
+      }
+    }
+    dflash2_cp_async_commit();
+  };
   // The lane's activations of one K step (row g, + 8; zeros past M): from global memory (read by
-  // every warp: L1/L2 hits), or with X_SHARE from the step's slot.
+  // every warp: L1/L2 hits), with X_SHARE from the step's slot, or with X_EARLY 3 from the
+  // warp's ring, the copies of X_DEPTH - 1 steps on issued first.
   auto load_x = [&](uint4 (&xa)[M_TILES][4], int step) {
     if constexpr (X_SHARE) {
       unsigned char* slot = smem + PARTIAL_BYTES + (step & 1) * XS_SLOT;
@@ -181,6 +209,17 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
         const uint4* xp = reinterpret_cast<const uint4*>(slot + row * XS_PITCH + 64 * t);
 #pragma unroll
         for (int i = 0; i < 4; ++i) xa[mt][i] = row < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
+      }
+    } else if constexpr (X_EARLY == 3) {
+      issue_x3(step + X_DEPTH - 1);
+      dflash2_cp_async_wait<X_DEPTH - 1>();  // this step's copies have landed
+      const int xs = (step % X_DEPTH) * XQ;
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        const int row = 8 * mt + g;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          xa[mt][i] = row < M_ROWS ? x_ring3[(xs + 4 * mt + i) * 32] : make_uint4(0, 0, 0, 0);
       }
     } else if constexpr (ABLATE >= 3) {  // no activation loads: the words made up
 #pragma unroll
@@ -343,7 +382,7 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
     struct Batch {
       uint4 wq[UNROLL][COL_TILES][2];
       uint32_t sc[UNROLL][COL_TILES][2], bi[UNROLL][COL_TILES][2];
-      uint4 xa[X_EARLY ? UNROLL : 1][M_TILES][4];
+      uint4 xa[X_EARLY == 1 ? UNROLL : 1][M_TILES][4];
     };
     auto batch_math = [&](const Batch& b, int u, int, const uint4 (&xa)[M_TILES][4]) {
       mma_math(b.wq[u], b.sc[u], b.bi[u], xa);
@@ -369,11 +408,16 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
             b.sc[u][c][h] = scale_pair(sv);
             b.bi[u][c][h] = bv | (bv << 16);
           }
-        if constexpr (X_EARLY) load_x(b.xa[u], step);
+        if constexpr (X_EARLY == 1) load_x(b.xa[u], step);
       }
     };
     if constexpr (X_SHARE) xs_issue(kgroup * GROUP_STEPS);  // the first step's share
-""" + batch_driver("kgroup") + r"""  }
+    if constexpr (X_EARLY == 3) {  // the ring's first X_DEPTH - 1 steps
+#pragma unroll
+      for (int d = 0; d < X_DEPTH - 1; ++d) issue_x3(kgroup * GROUP_STEPS + d);
+    }
+""" + batch_driver("kgroup") + r"""    if constexpr (X_EARLY == 3) dflash2_cp_async_wait<0>();  // none left in flight at exit
+  }
 
   // C tile: rows are output columns (g, g + 8), columns are activation rows (2t, 2t + 1).
   if constexpr (ROW_WARPS > 1) {

@@ -25,6 +25,11 @@ hold no registers, so a warp keeps several KiB in flight at full occupancy. Each
 back only the chunks it copied, so the ring needs no barrier. The math, and so the contract,
 is the same as with ``stages`` = 0. ``x_early`` = 1 loads each K step's activations with its
 weights (into the register batch, or through the ring) instead of just before the step's math.
+``x_early`` = 3 (register pipeline, ``stages`` = 0) copies them with ``cp.async`` into the
+warp's own ring of 2 K steps in shared memory, one step ahead, and reads them back at the step:
+ahead of the math like 1, without 1's registers (at M=16, on an H100, the activations' loads
+were what the u2 tile paid, and holding them early in registers cost 150-166 registers:
+bench/results/h100/xcost_1037). Its ring and the partial sums must fit 48 KiB.
 
 ``min_blocks`` = B > 0 gives the kernel ``__launch_bounds__(32 * k_groups, B)``: ptxas caps its
 registers so B blocks fit an SM (gate/up at M=8: 106 registers allow 4 blocks, so its 544
@@ -151,7 +156,7 @@ CUDA_LAYOUT = "mma_weights_a"
 CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"),
                      group_multiple=32, positive=("n_tile", "k_groups", "unroll"),
                      param_choices=(("prefetch", (0, 1)), ("stages", (0, 2, 3, 4, 5, 6, 8)),
-                                    ("l2_prefetch", (128, 256)), ("x_early", (0, 1, 2)),
+                                    ("l2_prefetch", (128, 256)), ("x_early", (0, 1, 2, 3)),
                                     ("min_blocks", (0, 2, 3, 4, 5, 6)), ("bulk", (0, 1, 2, 3)),
                                     ("hi_in_place", (0, 1)), ("denorm", (0, 1, 2)),
                                     ("ablate", (0, 1, 2, 3, 4)), ("col_warps", (1, 2, 4, 8)),
