@@ -99,14 +99,13 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
         raise tiling.TilingError(f"{name}: x_early=2 copies x with each stage of bulk=3's ring "
                                  f"(its leader warp issues the copies), so it takes bulk=3 "
                                  f"and no ablate=2 (no stage copied)")
-    if ablate >= 3 and (stages or bulk or col_warps > 1 or cluster > 1 or x_share):
-        raise tiling.TilingError(f"{name}: ablate={ablate} takes the activation loads out of "
-                                 f"the register pipeline alone (stages=0, bulk=0, col_warps=1, "
-                                 f"cluster=1, x_share=0)")
-    if x_early == 3 and (stages or bulk or col_warps > 1 or cluster > 1 or x_share):
-        raise tiling.TilingError(f"{name}: x_early=3 rings the activations through shared memory "
-                                 f"in the register pipeline alone (stages=0, bulk=0, col_warps=1, "
-                                 f"cluster=1, x_share=0)")
+    # the levers on the activations' loads that only the register pipeline's load_x has
+    x_levers = [lv for lv, on in ((f"ablate={ablate}", ablate >= 3), ("x_early=3", x_early == 3))
+                if on]
+    if x_levers and (stages or bulk or col_warps > 1 or cluster > 1 or x_share):
+        raise tiling.TilingError(f"{name}: {' and '.join(x_levers)} change the activation loads "
+                                 f"of the register pipeline alone (stages=0, bulk=0, "
+                                 f"col_warps=1, cluster=1, x_share=0)")
     if ablate and stages and not bulk:
         raise tiling.TilingError(f"{name}: ablate takes a part out of the register pipeline "
                                  f"or the bulk pipeline, not the cp.async ring")

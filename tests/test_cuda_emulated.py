@@ -128,7 +128,7 @@ def test_x_early_3_rings_the_activations_through_shared_memory_bit_for_bit():
             y = launch.launch("mma_weights_a", x, qw, {**plain, **lever})
             assert mx.array_equal(y, y0).item(), (m, k_groups, extra, lever)
     base = {**VARIANTS["mma_weights_a"].DEFAULTS, "n_tile": 32, "k_groups": 4, "x_early": 3}
-    for other, why in (({"stages": 2}, "register pipeline alone"),
+    for other, why in (({"stages": 2}, "x_early=3 change the activation loads"),
                        ({"bulk": 3, "stages": 2, "unroll": 1}, "register pipeline alone"),
                        ({"k_groups": 8}, "exceed the 48 KiB")):
         with pytest.raises(TilingError, match=why):
@@ -225,8 +225,7 @@ def test_ablate_3_and_4_take_out_the_activation_loads(m, extra):
     assert np.array_equal(pure[0], pure[1]) and not np.array_equal(pure[0], no_x[0])
     assert not np.array_equal(pure[0], run(xa, qa, 2))
     for other in ({"bulk": 3, "stages": 2, "k_groups": 4, "unroll": 1}, {"stages": 3}):
-        with pytest.raises(TilingError, match="takes the activation loads out of the register "
-                                              "pipeline alone"):
+        with pytest.raises(TilingError, match="activation loads of the register pipeline alone"):
             cuda_config.launch_config("mma_weights_a", 8, k, N, 64, dt,
                                       {**VARIANTS["mma_weights_a"].DEFAULTS, **p, **other,
                                        "ablate": 3})

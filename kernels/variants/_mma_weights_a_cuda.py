@@ -104,7 +104,10 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   // X_EARLY 3 (register pipeline): each lane's activations through a ring of X_DEPTH K steps
   // of its own, after the partial sums (a warp may still read its last step while another
   // writes its sums); kernels.cuda_config checks that it fits
-  constexpr int XR_BYTES = X_EARLY == 3 ? 2 * K_GROUPS * ROW_WARPS * XQ * 32 * 16 : 0;
+  // (BULK with X_EARLY 1 rings them the same way, after its weights' stages:
+  // kernels.cuda_config.BULK_X_DEPTH sizes that ring)
+  constexpr int X_DEPTH = 2;
+  constexpr int XR_BYTES = X_EARLY == 3 ? X_DEPTH * K_GROUPS * ROW_WARPS * XQ * 32 * 16 : 0;
   constexpr int SMEM_BYTES =
       BULK ? 16 : (RING_BYTES > PARTIAL_BYTES + XS_BYTES + XR_BYTES ? RING_BYTES
                                                                    : PARTIAL_BYTES + XS_BYTES + XR_BYTES);
@@ -122,10 +125,6 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   constexpr int XP = SPS * 256 + 16;
   constexpr int STAGE_BYTES = W_STAGE + (X_EARLY == 2 ? K_GROUPS * M_ROWS * XP : 0);
   constexpr int SB_BYTES = COLS * ROW_GROUPS * 2;
-  // BULK with X_EARLY: each lane's activations through a ring of X_DEPTH K steps after the
-  // weights' (kernels.cuda_config.BULK_X_DEPTH sizes it)
-  constexpr int X_DEPTH = 2;
-  static_assert(X_EARLY != 3 || XR_BYTES == X_DEPTH * K_GROUPS * ROW_WARPS * XQ * 32 * 16);
   extern __shared__ __align__(128) unsigned char dsmem[];
 """ + mma_lanes("(blockIdx.x / CLUSTER) * COL_WARPS + (threadIdx.x >> 5) % COL_WARPS") + r"""
   // The warp's K group: its row of the block's warps, after the K groups of the cluster's
@@ -210,17 +209,6 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
 #pragma unroll
         for (int i = 0; i < 4; ++i) xa[mt][i] = row < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
       }
-    } else if constexpr (X_EARLY == 3) {
-      issue_x3(step + X_DEPTH - 1);
-      dflash2_cp_async_wait<X_DEPTH - 1>();  // this step's copies have landed
-      const int xs = (step % X_DEPTH) * XQ;
-#pragma unroll
-      for (int mt = 0; mt < M_TILES; ++mt) {
-        const int row = 8 * mt + g;
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          xa[mt][i] = row < M_ROWS ? x_ring3[(xs + 4 * mt + i) * 32] : make_uint4(0, 0, 0, 0);
-      }
     } else if constexpr (ABLATE >= 3) {  // no activation loads: the words made up
 #pragma unroll
       for (int mt = 0; mt < M_TILES; ++mt) {
@@ -231,6 +219,17 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
           xa[mt][i] = row < M_ROWS ? make_uint4(v, v ^ 0x10001u, v ^ 0x20002u, v ^ 0x30003u)
                                    : make_uint4(0, 0, 0, 0);
         }
+      }
+    } else if constexpr (X_EARLY == 3) {
+      issue_x3(step + X_DEPTH - 1);
+      dflash2_cp_async_wait<X_DEPTH - 1>();  // this step's copies have landed
+      const int xs = (step % X_DEPTH) * XQ;
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        const int row = 8 * mt + g;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          xa[mt][i] = row < M_ROWS ? x_ring3[(xs + 4 * mt + i) * 32] : make_uint4(0, 0, 0, 0);
       }
     } else {
 #pragma unroll
