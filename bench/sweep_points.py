@@ -207,7 +207,9 @@ BULK_M16 = {"gate_up": [((32, 4, 1, 0, 2), {"bulk": 3, **DENORM_2}),
 # (x_delivery_m16). nvcc 13, bf16 M=16: gate/up 32 x 4 u1 denorm 2 83 registers, u2 120 (min_blocks
 # 5: 96, 12 bytes spilled), 40 KiB of shared memory (5 blocks an SM); k_groups 8 does not fit
 # 48 KiB at M=16.
-# Beside the table's M=16 tiles and their denorm-2 twins, timed at --point-m 16.
+# Beside the table's M=16 tiles and their denorm-2 twins, timed at --point-m 16. Timed on an H100
+# at 11:47 UTC (bench/results/h100/xring_m16_1147): bit for bit, slower than the table's tiles
+# (gate/up u2 36 us against 31.7-32.3; its copies miss L1, L2 traffic 127-193 MB against 111).
 XRING_M16 = {"gate_up": [((32, 4, 1, 0, 0, 128, 3), DENORM_2), ((32, 4, 2, 0, 0, 128, 3), DENORM_2),
                          ((32, 4, 2, 0, 0, 128, 3, 5), DENORM_2), ((32, 4, 2, 0, 0), DENORM_2),
                          ((32, 4, 1, 0, 0, 128, 1), DENORM_2), (32, 4, 1, 0, 0, 128, 1)],
