@@ -1,0 +1,102 @@
+"""Where ``mma_weights_a``'s register pipeline gets each K step's activations, a fragment of its
+CUDA kernel body: ``load_x`` from global memory (L1/L2), from the block's shared slot
+(X_SHARE), from the warp's cp.async ring (X_EARLY 3), or made up (ABLATE 3 and 4). Kept apart
+from ``_mma_weights_a_cuda`` (which splices it in before the math) because the ways to bring x
+are the levers the M=16 runs of 2026-12-07 turned (bench/results/h100/xcost_1037 and after);
+it uses that body's lane bases (``x_lane``, ``g``, ``t``, ``warp``, ``lane``, ``kgroup``) and
+its shared memory layout.
+"""
+
+from kernels.variants._cuda_common import ABLATE_X_WORD
+
+LOAD_X = r"""  // X_SHARE (one K group a block): the block's threads load a K step's activations together,
+  // 16 bytes a thread (XS_PER chunks), one step ahead, into registers ``xr``; at the step they
+  // go to shared memory, a barrier, and each lane reads its own from there, so x is read once a
+  // block from L2 and its latency lies under the step before's math. Two slots: a slot is
+  // written again two steps on, after every warp has passed the barrier between.
+  constexpr int XS_CHUNKS = M_ROWS * 16;
+  constexpr int XS_PER = X_SHARE ? (XS_CHUNKS + 32 * COL_WARPS - 1) / (32 * COL_WARPS) : 1;
+  [[maybe_unused]] uint4 xr[XS_PER];
+  [[maybe_unused]] auto xs_issue = [&](int step) {
+#pragma unroll
+    for (int j = 0; j < XS_PER; ++j) {
+      const int c = int(threadIdx.x) + j * 32 * COL_WARPS;
+      if (c < XS_CHUNKS)
+        xr[j] = reinterpret_cast<const uint4*>(x + (c / 16) * K + step * 128)[c % 16];
+    }
+  };
+  // X_EARLY 3: the lane's 16-byte slots of its warp's x ring, and the copies of K step ls
+  // (none past the warp's K group: an empty group keeps wait_group's count); a lane reads back
+  // only what it copied, so cp.async.wait_group alone orders the ring.
+  // (Off, the pointer is smem's start: past a 16-byte BULK buffer it would be undefined.)
+  constexpr int XR_OFF = X_EARLY == 3 ? PARTIAL_BYTES + XS_BYTES : 0;
+  [[maybe_unused]] uint4* x_ring3 = reinterpret_cast<uint4*>(smem + XR_OFF) +
+                                    (X_EARLY == 3 ? warp * (X_DEPTH * XQ * 32) + lane : 0);
+  [[maybe_unused]] auto issue_x3 = [&](int ls) {
+    if (ls < (kgroup + 1) * GROUP_STEPS) {
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        if (8 * mt + g < M_ROWS) {
+          const T* xp = x_lane + 8 * mt * K + ls * 128;
+#pragma unroll
+          for (int i = 0; i < 4; ++i)
+            dflash2_cp_async16_ca(x_ring3 + ((ls % X_DEPTH) * XQ + 4 * mt + i) * 32, xp + 8 * i);
+        }
+      }
+    }
+    dflash2_cp_async_commit();
+  };
+  // The lane's activations of one K step (row g, + 8; zeros past M): from global memory (read by
+  // every warp: L1/L2 hits), with X_SHARE from the step's slot, or with X_EARLY 3 from the
+  // warp's ring, the copies of X_DEPTH - 1 steps on issued first.
+  auto load_x = [&](uint4 (&xa)[M_TILES][4], int step) {
+    if constexpr (X_SHARE) {
+      unsigned char* slot = smem + PARTIAL_BYTES + (step & 1) * XS_SLOT;
+#pragma unroll
+      for (int j = 0; j < XS_PER; ++j) {
+        const int c = int(threadIdx.x) + j * 32 * COL_WARPS;
+        if (c < XS_CHUNKS)
+          *reinterpret_cast<uint4*>(slot + (c / 16) * XS_PITCH + (c % 16) * 16) = xr[j];
+      }
+      __syncthreads();
+      if (step + 1 < (kgroup + 1) * GROUP_STEPS) xs_issue(step + 1);
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        const int row = 8 * mt + g;
+        const uint4* xp = reinterpret_cast<const uint4*>(slot + row * XS_PITCH + 64 * t);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) xa[mt][i] = row < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
+      }
+    } else if constexpr (ABLATE >= 3) {  // no activation loads: the words made up
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        const int row = 8 * mt + g;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t v = """ + ABLATE_X_WORD + r""";
+          xa[mt][i] = row < M_ROWS ? make_uint4(v, v ^ 0x10001u, v ^ 0x20002u, v ^ 0x30003u)
+                                   : make_uint4(0, 0, 0, 0);
+        }
+      }
+    } else if constexpr (X_EARLY == 3) {
+      issue_x3(step + X_DEPTH - 1);
+      dflash2_cp_async_wait<X_DEPTH - 1>();  // this step's copies have landed
+      const int xs = (step % X_DEPTH) * XQ;
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        const int row = 8 * mt + g;
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          xa[mt][i] = row < M_ROWS ? x_ring3[(xs + 4 * mt + i) * 32] : make_uint4(0, 0, 0, 0);
+      }
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt) {
+        const int row = 8 * mt + g;
+        const uint4* xp = reinterpret_cast<const uint4*>(x_lane + 8 * mt * K + step * 128);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) xa[mt][i] = row < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+"""
