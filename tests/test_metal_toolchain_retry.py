@@ -53,3 +53,33 @@ def test_a_failure_that_never_says_why_is_raised_after_four_tries_saying_so(cc, 
     with pytest.raises(toolchain.CompileError, match=r"k does not compile:\nno diagnostic \(exit 1\)"):
         toolchain._run(["x.cpp"], "k")
     assert _calls(tmp_path) == 4
+
+
+def test_a_source_half_written_by_another_process_is_not_what_this_one_compiles(
+        monkeypatch, tmp_path):
+    """Two processes building one kernel at once (two emulated devices of one fleet) each wrote
+    the shared source path, and one compiled the other's half-written file: a library with no
+    entry point ("undefined symbol: __emu_entry", a fleet test on 2026-12-07). Here the other
+    process truncates the shared path just before this one's compile: the library built still
+    holds its symbol, and the readable source is whole afterwards."""
+    import ctypes
+    import uuid
+
+    from kernels.metal_emu import mlx_metal
+
+    monkeypatch.setenv(mlx_metal.ENV_CACHE, str(tmp_path))  # its libraries, not the shared cache
+    real_run = toolchain._run
+    text = f'extern "C" int dflash2_probe_{uuid.uuid4().hex}() {{ return 7; }}\n'  # new each run
+    name = "race_probe"
+
+    def racing_run(args, what, **kw):
+        if "-c" in args:  # the other process starts its build: the shared source made empty
+            for shared in toolchain.build_dir().glob(f"{name}-*.cpp"):
+                shared.write_text("")
+        return real_run(args, what, **kw)
+
+    monkeypatch.setattr(toolchain, "_run", racing_run)
+    lib = toolchain.build_library(text, name, ())
+    symbol = text.split()[3].split("(")[0]
+    assert getattr(ctypes.CDLL(str(lib)), symbol)() == 7
+    assert lib.with_suffix(".cpp").read_text() == text

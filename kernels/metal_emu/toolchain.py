@@ -164,6 +164,17 @@ def _run(args: list[str], what: str, *, link: bool = False) -> None:
         raise CompileError(f"{what} does not compile:\n{diag}")
 
 
+def _own_source(shared: Path, text: str) -> Path:
+    """The translation unit in a file of this process's own, published at ``shared`` (where a
+    reader finds it) once compiled. Two processes building one kernel at once (two emulated
+    devices of a fleet) both wrote the shared path: one compiled the other's half-written file
+    into a library with no entry point and published it (2026-12-07, tests/test_fleet_doc.py:
+    "undefined symbol: __emu_entry")."""
+    own = shared.with_name(f".{shared.name}.{os.getpid()}.tmp")
+    own.write_text(text)
+    return own
+
+
 def _publish(tmp: Path, target: Path) -> Path:
     os.replace(tmp, target)
     return target
@@ -236,8 +247,8 @@ def build_kernel(source: str, entry: str, name: str) -> Path:
         return target
     _refuse_unknown_attributes(source, name)
     text, pch = _translation_unit(source, name)
-    src = build_dir() / f"{name}-{key}.metal.cpp"
-    src.write_text(text + entry)
+    shared = build_dir() / f"{name}-{key}.metal.cpp"
+    src = _own_source(shared, text + entry)
     tmp = build_dir() / f".{target.name}.{os.getpid()}.tmp"
     obj = tmp.with_suffix(".o")
     try:
@@ -247,6 +258,7 @@ def build_kernel(source: str, entry: str, name: str) -> Path:
         _run(["-shared", "-o", str(tmp), str(obj)], name, link=True)
     finally:
         obj.unlink(missing_ok=True)
+        _publish(src, shared)
     return _publish(tmp, target)
 
 
@@ -259,8 +271,8 @@ def build_library(text: str, name: str, include_dirs: tuple[Path, ...]) -> Path:
     target = build_dir() / f"{name}-{key}.so"
     if target.exists():
         return target
-    src = build_dir() / f"{name}-{key}.cpp"
-    src.write_text(text)
+    shared = build_dir() / f"{name}-{key}.cpp"
+    src = _own_source(shared, text)
     tmp = build_dir() / f".{target.name}.{os.getpid()}.tmp"
     obj = tmp.with_suffix(".o")
     try:
@@ -269,6 +281,7 @@ def build_library(text: str, name: str, include_dirs: tuple[Path, ...]) -> Path:
         _run(["-shared", "-o", str(tmp), str(obj)], name, link=True)
     finally:
         obj.unlink(missing_ok=True)
+        _publish(src, shared)
     return _publish(tmp, target)
 
 
