@@ -3,7 +3,7 @@ sweep renders again unchanged, without a GPU or a rerun."""
 
 from __future__ import annotations
 
-from cuda_verify_report import cell
+from cuda_verify_report import UNTRUSTED, cell
 from sweep_points import COLUMNS, candidate_timed
 
 
@@ -12,8 +12,7 @@ def broken_line(key: str, broken: dict) -> str:
     not to be trusted, and the report says so above them."""
     what = ", ".join(f"{k} ({v['count']} of {v['of']} values)" for k, v in broken.items()
                      if isinstance(v, dict))
-    return (f"**{key}: the device's state broke {broken.get('when', '')}: {what} changed. "
-            "Its figures are not to be trusted (bench/results/h100/xshare_0830).**\n")
+    return f"**{key}: the device's state broke {broken.get('when', '')}: {what} changed. {UNTRUSTED}**\n"
 
 
 def render(res: dict) -> str:

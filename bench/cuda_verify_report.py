@@ -175,6 +175,10 @@ def below_floor_lines(res: dict) -> list[str]:
                 for r, p, b in gone) + "."]
 
 
+# What a report says of a run that changed the device's state (bench/device_state).
+UNTRUSTED = "Its figures are not to be trusted (bench/results/h100/xshare_0830)."
+
+
 def broken_lines(rows: list[dict]) -> list[str]:
     """A bold line and a blank one for each row whose run changed the device's state
     (bench/device_state): its figures are not to be trusted, and regen takes none of them."""
@@ -182,8 +186,8 @@ def broken_lines(rows: list[dict]) -> list[str]:
     for r in rows:
         if r.get("state_broken"):
             out += [(f"**{r['shape']} {r['dtype']} M={r['M']}: the device's state broke "
-                     f"while it was timed ({', '.join(r['state_broken'])} changed). Its figures "
-                     "are not to be trusted (bench/results/h100/xshare_0830).**"), ""]
+                     f"while it was timed ({', '.join(r['state_broken'])} changed). "
+                     f"{UNTRUSTED}**"), ""]
     return out
 
 

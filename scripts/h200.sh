@@ -74,6 +74,8 @@
 set -euo pipefail
 VERSION=0.32.4
 WHEELS=${WHEELS:-/tmp/wheels}  # where `stage` puts the parts there and `install` joins them
+# the tiles of a diagnose or denorm run by kind, as JSON (bench/diagnostic_tiles.py)
+tiles() { python3 bench/diagnostic_tiles.py "$1"; }
 cmd="${1:-}"
 case "$cmd" in
   fetch)
@@ -256,7 +258,6 @@ case "$cmd" in
     # DIAGNOSE_PARTS: which of hot, ablate, ablate16, loads, bulk, xcost, sections, sections16 (default
     # hot, ablate, ablate16 and sections)
     export PYTHONPATH=/tmp/site:$PWD
-    tiles() { python3 bench/diagnostic_tiles.py "$1"; }
     parts=" ${DIAGNOSE_PARTS:-hot ablate ablate16 sections} "
     for run in hot ablate ablate16; do mkdir -p "$OUT/$run"; done
     [[ $parts != *" hot "* ]] || NCU_LIGHT=1 NCU_CACHE=none NCU_TAG=_hot NCU_DTYPES=bfloat16 \
@@ -359,7 +360,6 @@ case "$cmd" in
     # CHECK_TIMEOUT: each M's check (the first on a fresh machine compiles every point: at
     # 120 s the H100 of 2026-12-05 10:05 UTC checked 18 of M=8's 30 rows; M=16 then took 66 s)
     export PYTHONPATH=/tmp/site:$PWD
-    tiles() { python3 bench/diagnostic_tiles.py "$1"; }
     parts=" ${DENORM_PARTS:-check gate_up down} "
     if [[ $parts == *" check "* ]]; then
       SWEEP_OUT=/tmp/h200res/denorm8 BENCH_TIMEOUT=${CHECK_TIMEOUT:-300} bash "$0" coldsweep --check-only \

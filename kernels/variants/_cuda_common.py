@@ -297,10 +297,6 @@ BATCH_DRIVER = batch_driver()
 # ABLATE == 2: the weight words a load would bring, made up from the step and the lane's place
 # (not constants, or the compiler would fold the math away).
 ABLATE_WORD = "(uint32_t(step) * 0x9E3779B9u) ^ uint32_t(threadIdx.x * 8 + c * 2 + h)"
-# ABLATE 3 and 4 (mma_weights_a's register pipeline): the activation words a load would bring,
-# made up the same way; the mask keeps every half a finite number of either half type.
-ABLATE_X_WORD = ("((uint32_t(step) * 0x9E3779B9u) ^ uint32_t(threadIdx.x * 16 + mt * 4 + i))"
-                 " & 0x3DFF3DFFu")
 
 # The warps' float32 C tiles (acc[M_TILES][COL_TILES][4]: rows are output columns g and g + 8,
 # columns activation rows 2t and 2t + 1) through shared memory ``partial[K_GROUPS][PROWS][COLS]``,

@@ -7,7 +7,11 @@ it uses that body's lane bases (``x_lane``, ``g``, ``t``, ``warp``, ``lane``, ``
 its shared memory layout.
 """
 
-from kernels.variants._cuda_common import ABLATE_X_WORD
+# ABLATE 3 and 4: the activation words a load would bring, made up from the step and the lane's
+# place as _cuda_common.ABLATE_WORD makes the weights'; the mask keeps every half a finite
+# number of either half type.
+ABLATE_X_WORD = ("((uint32_t(step) * 0x9E3779B9u) ^ uint32_t(threadIdx.x * 16 + mt * 4 + i))"
+                 " & 0x3DFF3DFFu")
 
 LOAD_X = r"""  // X_SHARE (one K group a block): the block's threads load a K step's activations together,
   // 16 bytes a thread (XS_PER chunks), one step ahead, into registers ``xr``; at the step they
