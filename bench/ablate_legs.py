@@ -37,7 +37,8 @@ LABEL = re.compile(r"^(\S+) (\S+) M=(\d+) (tile|custom) (\{.*\})$")
 MODES = (0, *sp.DENORM_MODES)
 ISSUE_PCT = (ISSUE_ACTIVE, "Issue Slots Busy")
 SHOWN = ("n_tile", "k_groups", "unroll")  # a tile's name even where they are the defaults
-# ablate's parts: 3 and 4 (mma_weights_a's register pipeline) take the activation loads out of
+# ablate's parts: 3 and 4 (mma_weights_a's register pipeline, and its bulk pipeline without
+# x_early) take the activation loads out of
 # the whole and of the math alone, so x's share of each is the difference
 LEGS = {0: "whole", 1: "loads", 2: "math", 3: "no_x", 4: "pure"}
 

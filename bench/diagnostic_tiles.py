@@ -50,6 +50,14 @@ LOADS = [(32, 4, 1, 0, 0), (32, 4, 2, 0, 0), (32, 4, 1, 1, 0), (32, 4, 2, 1, 0),
          (16, 17, 4, 1, 0)]
 
 
+def _x_ablatable(params: dict) -> bool:
+    """Whether ablate 3 and 4 run on the tile (kernels.cuda_config refuses them elsewhere)."""
+    if params.get("bulk"):
+        return not params.get("x_early")
+    return (not params.get("stages") and int(params.get("col_warps", 1)) == 1
+            and int(params.get("cluster", 1)) == 1 and not params.get("x_share"))
+
+
 def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
     """The tiles of h200.sh's ``diagnose`` run, as ``cuda_verify_ncu --tiles`` takes them:
     ``balanced``, the BALANCED points; ``cluster``, the CLUSTERED points; ``loads``, the LOADS
@@ -65,9 +73,14 @@ def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
     if kind == "loads":
         return [{**as_params(pt), "ablate": 1} for pt in LOADS]
     if kind.startswith("bulk_") and kind.removeprefix("bulk_") in BULK_TILES:
-        # each tile whole (plain, denorm 2), its loads alone and its math alone at denorm 2
+        # each tile whole (plain, denorm 2), its loads alone and its math alone at denorm 2,
+        # and (since 2026-12-07 13:30 UTC) at denorm 2 its whole without x's loads and its
+        # math without them (ablate 3, 4): bulk 3's warps waited on x most (an H100's stall
+        # samples, bench/results/h100/bulk3_stalls_1632), while its legs alone are ~14.5 us
+        # each and its whole 19.7 on the H200 (layouts_1853): does x hold the overlap?
         return [{**as_params(pt), **extra} for pt in BULK_TILES[kind.removeprefix("bulk_")]
-                for extra in ({}, DENORM_2, {"ablate": 1}, {**DENORM_2, "ablate": 2})]
+                for extra in ({}, DENORM_2, {"ablate": 1}, {**DENORM_2, "ablate": 2},
+                              {**DENORM_2, "ablate": 3}, {**DENORM_2, "ablate": 4})]
     shape = kind.removeprefix("denorm_")
     if shape != kind and shape in DENORMED:
         # a shape's denormed tiles, each beside its plain self (the same run's baseline)
@@ -80,14 +93,14 @@ def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
         return [as_params(pt) for pt in SETS[name][shape]]
     shape = kind.removeprefix("xcost_")
     if shape != kind and shape in ("gate_up", "down"):
-        # the table's register tiles of mma_weights_a for the shape (bf16, M=8 and 16), each
-        # whole and with each part taken out, at whichever M runs them: x's share of the whole
-        # (ablate 3) and of the math (4), at M=8 against M=16 for the same tile
+        # the table's tiles of mma_weights_a for the shape (bf16, M=8 and 16) whose activation
+        # loads ablate 3 and 4 take out (the register pipeline's, and the bulk pipeline's
+        # without x_early), each whole and with each part taken out, at whichever M runs them:
+        # x's share of the whole (ablate 3) and of the math (4), at M=8 against M=16
         tiles = [point_of(e["variant"], e["params"]) for e in table["entries"]
                  if e["devices"] == ["sm_90"] and e["M"] in XCOST_MS
                  and e["dtypes"] == ["bfloat16"] and e["shapes"][0] == shape
-                 and e["variant"] == NAME and not e["params"].get("bulk")
-                 and not e["params"].get("stages")]
+                 and e["variant"] == NAME and _x_ablatable(e["params"])]
         tiles = [t for i, t in enumerate(tiles) if t not in tiles[:i]]
         return [{**t, "ablate": a} for t in tiles for a in range(5)]
     if kind not in ABLATE_AT:

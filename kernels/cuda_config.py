@@ -100,12 +100,15 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                                  f"(its leader warp issues the copies), so it takes bulk=3 "
                                  f"and no ablate=2 (no stage copied)")
     # the levers on the activations' loads that only the register pipeline's load_x has
-    x_levers = [lv for lv, on in ((f"ablate={ablate}", ablate >= 3), ("x_early=3", x_early == 3))
+    # (ablate 3 and 4 also in the bulk pipeline's own load_x path: x_early 0)
+    x_ablate = ablate >= 3 and not (bulk and not x_early)
+    x_levers = [lv for lv, on in ((f"ablate={ablate}", x_ablate), ("x_early=3", x_early == 3))
                 if on]
     if x_levers and (stages or bulk or col_warps > 1 or cluster > 1 or x_share):
         raise tiling.TilingError(f"{name}: {' and '.join(x_levers)} change the activation loads "
                                  f"of the register pipeline alone (stages=0, bulk=0, "
-                                 f"col_warps=1, cluster=1, x_share=0)")
+                                 f"col_warps=1, cluster=1, x_share=0) or, for ablate, of the "
+                                 f"bulk pipeline without x_early")
     if ablate and stages and not bulk:
         raise tiling.TilingError(f"{name}: ablate takes a part out of the register pipeline "
                                  f"or the bulk pipeline, not the cp.async ring")

@@ -317,7 +317,8 @@ case "$cmd" in
       done
     fi
     # xcost: what the activations' loads cost, each launch alone: the table's mma_weights_a
-    # register tiles of gate/up and down (bf16, M=8 and 16) at both Ms, whole, loads alone, math
+    # tiles of gate/up and down whose x loads ablate 3/4 take out (register pipeline, bulk
+    # without x_early; bf16, M=8 and 16) at both Ms, whole, loads alone, math
     # alone, the whole without x's loads (ablate 3) and the math without them (4). M=16 reads
     # twice M=8's activations from L2 for the same weights: whether that is what it pays for
     if [[ $parts == *" xcost "* ]]; then

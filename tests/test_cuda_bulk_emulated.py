@@ -182,7 +182,8 @@ def test_a_bulk_pipeline_that_misses_a_wait_or_miscounts_is_caught(monkeypatch, 
 def test_bulk_ablate_takes_out_the_part_it_names():
     """The bulk tiles' legs as the device times them: ``ablate`` 1, the ring's words read back
     and no math (every output zero); 2, no weights copied, the math alone on words made up
-    from the step (the output no longer depends on w). The emulator runs both."""
+    from the step (the output no longer depends on w); 3, x's words made up (the whole
+    without x's loads: on x no longer); 4, both made up. The emulator runs each."""
     k, dt = 5120, "bfloat16"
     x = _x(8, k, dt)
     qa = _weights(64, k, dt)
@@ -195,6 +196,17 @@ def test_bulk_ablate_takes_out_the_part_it_names():
             for q in (qa, qb)]
     assert (loads == 0).all() and np.abs(whole).max() > 0
     assert np.array_equal(math[0], math[1]) and not np.array_equal(math[0], whole)
+    # 3: x's words made up (the output follows w, no longer x); 4: both made up
+    xb = -x * 0.5
+    no_x = [np.array(launch.launch(NAME, xx, q, {**p, "ablate": 3}, copies="late")
+                     .astype(mx.float32)) for xx, q in ((x, qa), (xb, qa), (x, qb))]
+    assert np.isfinite(no_x[0]).all() and np.abs(no_x[0]).max() > 0
+    assert np.array_equal(no_x[0], no_x[1]) and not np.array_equal(no_x[0], no_x[2])
+    assert not np.array_equal(no_x[0], whole)
+    pure = [np.array(launch.launch(NAME, xx, q, {**p, "ablate": 4}).astype(mx.float32))
+            for xx, q in ((x, qa), (xb, qb))]
+    assert np.array_equal(pure[0], pure[1])
+    assert not np.array_equal(pure[0], no_x[0]) and not np.array_equal(pure[0], math[0])
 
 
 def test_a_bad_copies_mode_is_refused_with_one_line():

@@ -224,7 +224,8 @@ def test_ablate_3_and_4_take_out_the_activation_loads(m, extra):
     pure = [run(x, q, 4) for x, q in ((xa, qa), (xb, qb))]
     assert np.array_equal(pure[0], pure[1]) and not np.array_equal(pure[0], no_x[0])
     assert not np.array_equal(pure[0], run(xa, qa, 2))
-    for other in ({"bulk": 3, "stages": 2, "k_groups": 4, "unroll": 1}, {"stages": 3}):
+    for other in ({"bulk": 3, "stages": 2, "k_groups": 4, "unroll": 1, "x_early": 1},
+                  {"stages": 3}):
         with pytest.raises(TilingError, match="activation loads of the register pipeline alone"):
             cuda_config.launch_config("mma_weights_a", 8, k, N, 64, dt,
                                       {**VARIANTS["mma_weights_a"].DEFAULTS, **p, **other,

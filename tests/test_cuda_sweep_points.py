@@ -225,19 +225,22 @@ def test_the_m16_ablated_tiles_are_the_tables_m16_tiles_and_launch_at_m16():
             assert cuda.launch_config(name, 16, k, n, 64, "bfloat16", p).grid > 0
 
 
-def test_the_xcost_tiles_are_the_tables_register_tiles_with_each_part_out_and_launch():
-    """``xcost_<shape>``: the table's bf16 mma_weights_a register tiles of the shape at M=8 and
-    16, each once (whole, then ablate 1-4), every one a launch on its shape at both Ms (the run
-    times each at both: the same tile's x cost at M=8 against M=16); a bulk or ring tile would
-    be refused there, so none is taken."""
-    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+@pytest.mark.parametrize("table_file", ["kernels/selection_table.json",
+                                        "bench/results/h200/layouts_1853/chosen_table.json"])
+def test_the_xcost_tiles_are_the_tables_register_tiles_with_each_part_out_and_launch(table_file):
+    """``xcost_<shape>``: the table's bf16 mma_weights_a tiles of the shape at M=8 and 16 (the
+    register pipeline's, and the bulk pipeline's without x_early: the chosen table's gate/up
+    M=8 tile), each once (whole, then ablate 1-4), every one a launch on its shape at both Ms
+    (the run times each at both: the same tile's x cost at M=8 against M=16); a cp.async ring
+    tile would be refused there, so none is taken."""
+    table = json.loads((ROOT / table_file).read_text())
     for shape in ("gate_up", "down"):
         tiles = dt.diagnostic_tiles(f"xcost_{shape}", table)
         shipped = [sp.point_of(e["variant"], e["params"]) for e in table["entries"]
                    if e["devices"] == ["sm_90"] and e["M"] in (8, 16)
                    and e["dtypes"] == ["bfloat16"] and e["shapes"][0] == shape
                    and e["variant"] == sp.NAME]
-        assert shipped and all(not t.get("bulk") and not t.get("stages") for t in shipped)
+        assert shipped and all(not t.get("stages") or t.get("bulk") for t in shipped)
         once = [t for i, t in enumerate(shipped) if t not in shipped[:i]]
         assert tiles == [{**t, "ablate": a} for t in once for a in range(5)]
         k, n = cv.SHAPES[shape]
@@ -245,10 +248,15 @@ def test_the_xcost_tiles_are_the_tables_register_tiles_with_each_part_out_and_la
             for m in (8, 16):
                 cfg = cuda.launch_config(sp.NAME, m, k, n, 64, "bfloat16", t)
                 assert cfg.template["ABLATE"] == t["ablate"] and cfg.grid > 0
-    bulk = {"devices": ["sm_90"], "dtypes": ["bfloat16"], "M": 8, "shapes": ["down"],
+    ring = {"devices": ["sm_90"], "dtypes": ["bfloat16"], "M": 8, "shapes": ["down"],
             "variant": sp.NAME, "params": {"n_tile": 16, "k_groups": 8, "unroll": 1,
-                                            "stages": 4, "bulk": 3}}
-    assert dt.diagnostic_tiles("xcost_down", {"entries": [bulk]}) == []
+                                            "stages": 4}}
+    assert dt.diagnostic_tiles("xcost_down", {"entries": [ring]}) == []
+    bulk_x = {**ring, "params": {**ring["params"], "bulk": 3, "x_early": 2}}
+    assert dt.diagnostic_tiles("xcost_down", {"entries": [bulk_x]}) == []
+    bulk = {**ring, "params": {**ring["params"], "bulk": 3}}
+    assert [t["ablate"] for t in dt.diagnostic_tiles("xcost_down", {"entries": [bulk]})] == [
+        0, 1, 2, 3, 4]
     with pytest.raises(ValueError, match="xcost_gate_up"):
         dt.diagnostic_tiles("xcost_vocab", table)
 
@@ -293,16 +301,17 @@ def test_the_loads_tiles_are_loads_alone_in_bounds_and_launch_where_they_tile():
 
 
 def test_the_bulk_tiles_legs_are_each_tile_whole_loads_alone_and_math_alone_and_launch():
-    """``bulk_<shape>``: each packed bulk tile whole (plain, denorm 2), loads alone and math
-    alone at denorm 2, every one a launch on its shape at M=8 (a tile that did not tile would
+    """``bulk_<shape>``: each packed bulk tile whole (plain, denorm 2), loads alone, math
+    alone, whole without x's loads and math without them at denorm 2, every one a launch on
+    its shape at M=8 (a tile that did not tile would
     be skipped on the device, and its legs lost); the check's set is the same tiles' whole at
     denorm 2, each against its plain register twin."""
     table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
     for shape, pts in sp.BULK_TILES.items():
         tiles = dt.diagnostic_tiles(f"bulk_{shape}", table)
-        assert len(tiles) == 4 * len(pts) and all(t["bulk"] == 3 for t in tiles)
+        assert len(tiles) == 6 * len(pts) and all(t["bulk"] == 3 for t in tiles)
         legs = [(t.get("ablate", 0), t.get("denorm", 0)) for t in tiles]
-        assert legs == [(0, 0), (0, 2), (1, 0), (2, 2)] * len(pts)
+        assert legs == [(0, 0), (0, 2), (1, 0), (2, 2), (3, 2), (4, 2)] * len(pts)
         k, n = cv.SHAPES[shape]
         for t in tiles:
             cfg = cuda.launch_config(sp.NAME, 8, k, n, 64, "bfloat16", t)

@@ -115,7 +115,7 @@ def test_diagnose_loads_times_the_loads_tiles_beside_a_bare_read_and_tabulates_t
 def test_diagnose_bulk_checks_the_bulk_tiles_then_times_each_shapes_legs(tmp_path):
     """``bulk``: the check sweep of the bulk set at denorm 2 (the bulk pipeline not refused:
     no --no-bulk), then one ncu run a shape of its BULK_TILES' legs (whole, loads alone, math
-    alone), and the legs table reads both shapes' CSVs beside the register tile's (ablate)."""
+    alone, and both without x's loads), and the legs table reads both shapes' CSVs beside the register tile's (ablate)."""
     lines = _run(tmp_path, "diagnose", {"DIAGNOSE_PARTS": "ablate bulk"})
     check = [_flat(ln) for ln in lines if "--check-only" in ln]
     assert len(check) == 1 and "--points bulk-denorm" in check[0]
@@ -126,7 +126,7 @@ def test_diagnose_bulk_checks_the_bulk_tiles_then_times_each_shapes_legs(tmp_pat
         assert run[run.index("--shapes") + 1] == shape
         tiles = json.loads(run[run.index("--tiles") + 1])
         assert {t["bulk"] for t in tiles} == {3}
-        assert {t.get("ablate", 0) for t in tiles} == {0, 1, 2}
+        assert {t.get("ablate", 0) for t in tiles} == {0, 1, 2, 3, 4}
     legs = [_flat(ln) for ln in lines if "ablate_legs.py" in ln]
     assert len(legs) == 1 and "bulk_gate_up/ncu_cold.csv" in legs[0]
     assert "bulk_down/ncu_cold.csv" in legs[0] and "ablate/ncu_cold.csv" in legs[0]

@@ -16,6 +16,8 @@ BULK_PIPELINE = r"""  if constexpr (BULK) {
     // compute, in the register pipeline's order (so its output bit for bit). A row's PITCH puts
     // two rows 64 bytes apart modulo 128, so a quarter warp's 16-byte reads hit 32 banks.
     constexpr int N_ST = GROUP_STEPS / SPS;
+    // ABLATE 2 and 4: no weights copied, the words made up (4: x's words too, by load_x)
+    constexpr bool NO_W = ABLATE == 2 || ABLATE == 4;
     constexpr unsigned PAYLOAD = K_GROUPS * COLS * SPS * 64;
     uint64_t* full = reinterpret_cast<uint64_t*>(dsmem);
     uint64_t* empty = full + STAGES;
@@ -58,7 +60,7 @@ BULK_PIPELINE = r"""  if constexpr (BULK) {
       dflash2_mbar_fence_init();
       if constexpr (LEADER) {  // no producer warp: this lane fills the ring's first stages
         copy_scales();
-        if constexpr (ABLATE != 2) {
+        if constexpr (!NO_W) {
           for (int st = 0; st < (STAGES < N_ST ? STAGES : N_ST); ++st) {
             copy_stage(st);
             if constexpr (X_EARLY == 2) copy_x(st, 0, 1);
@@ -70,7 +72,7 @@ BULK_PIPELINE = r"""  if constexpr (BULK) {
     if (!LEADER && warp == K_GROUPS) {
       if (lane == 0) copy_scales();
 #pragma unroll 1
-      for (int st = 0; st < (ABLATE == 2 ? 0 : N_ST); ++st) {  // ABLATE 2: no weights copied
+      for (int st = 0; st < (NO_W ? 0 : N_ST); ++st) {  // ABLATE 2, 4: no weights copied
         const int slot = st % STAGES;
         if (st >= STAGES) dflash2_mbar_wait(empty + slot, ((st / STAGES) - 1) & 1);
         if constexpr (PACKED) {
@@ -93,7 +95,9 @@ BULK_PIPELINE = r"""  if constexpr (BULK) {
       // turn, the next step's activations loaded first, and the slot released after the last.
       // ABLATE (as the register pipeline's, BATCH_DRIVER): 1, the ring's words are read back
       // and folded, no math (the producer's loads alone); 2, no ring (the producer copies only
-      // the scales), the words made up from the step (the computing warps' math alone).
+      // the scales), the words made up from the step (the computing warps' math alone); 3, the
+      // activations' words made up by load_x (the whole without x's loads: what the wait on x
+      // costs); 4, both made up (the math without x).
       [[maybe_unused]] uint32_t sink = 0;
       // the lane's 16 bytes of row r (of the block's COLS) and step u of this warp's stage
       auto ring_word = [&](int slot, int r, int u) {
@@ -134,7 +138,7 @@ BULK_PIPELINE = r"""  if constexpr (BULK) {
         const int slot = st % STAGES;
         // the stage's first step's x copies go out before the wait on its weights
         if constexpr (X_EARLY == 1 && ABLATE != 1) issue_x(st * SPS + X_DEPTH - 1);
-        if constexpr (ABLATE != 2) dflash2_mbar_wait(full + slot, (st / STAGES) & 1);
+        if constexpr (!NO_W) dflash2_mbar_wait(full + slot, (st / STAGES) & 1);
 #pragma unroll 1
         for (int u = 0; u < SPS; ++u) {
           const int step = warp * GROUP_STEPS + st * SPS + u;
@@ -159,7 +163,7 @@ BULK_PIPELINE = r"""  if constexpr (BULK) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               const int r = 16 * c + g + 8 * h;
-              if constexpr (ABLATE == 2) {
+              if constexpr (NO_W) {
                 const uint32_t v = """ + ABLATE_WORD + r""";
                 wq[c][h] = make_uint4(v, v ^ 1u, v ^ 2u, v ^ 3u);
               } else {
@@ -205,13 +209,13 @@ BULK_PIPELINE = r"""  if constexpr (BULK) {
           }
         }
         __syncwarp();
-        if (ABLATE != 2 && lane == 0) dflash2_mbar_arrive(empty + slot);  // read: refill it
+        if (!NO_W && lane == 0) dflash2_mbar_arrive(empty + slot);  // read: refill it
         // LEADER: warp 0's lane 0 refills the slot of the stage BEFORE this one (released by
         // every warp by now, all but always), so it rarely waits and the ring runs STAGES - 1
         // stages ahead. With 2 stages that refill would come only as its stage is needed, so
         // there it refills this stage's slot once every warp has released it (LAG 0): one
         // stage ahead, warp 0 waiting on the slowest warp's stage.
-        if constexpr (LEADER && ABLATE != 2) {
+        if constexpr (LEADER && !NO_W) {
           constexpr int LAG = STAGES > 2 ? 1 : 0;
           const int next = st - LAG + STAGES;
           if (warp == 0 && lane == 0 && st >= LAG && next < N_ST) {
