@@ -216,6 +216,21 @@ XRING_M16 = {"gate_up": [((32, 4, 1, 0, 0, 128, 3), DENORM_2), ((32, 4, 2, 0, 0,
              "down": [((32, 4, 1, 0, 0, 128, 3), DENORM_2), ((32, 4, 2, 0, 0, 128, 3), DENORM_2),
                       ((32, 4, 2, 0, 0), DENORM_2), ((32, 8, 2, 0, 0, 128, 1), DENORM_2),
                       (32, 8, 2, 0, 0, 128, 1)]}
+# x_prefetch (2026-12-07 14:00 UTC): x's lines brought into L1 2 or 3 K steps ahead. On an H100
+# (bench/results/h100/bulk_xcost_1314) the candidate bulk tile's x cost 1.8 us of 22.9-23.8
+# (ablate 3: 21.1-22.0) with x already read about once an SM from L2 (87.3 MB against 77.1
+# without x), down's bulk tile 3.4 us, gate/up's at M=16 10.5: the wait is each step's first
+# read from L2, one step ahead. Each tile at 0 (its baseline in the same run), 2 and 3; the
+# bulk tile at 3 also held to 5 blocks an SM (nvcc 13, bf16 M=8: 92, 96, 104 registers; 104
+# fits 4). The table's M=8 and M=16 register tiles, and the chosen table's bulk tiles.
+_XP = (0, 2, 3)
+_BULK_GU, _BULK_DN = (32, 4, 1, 0, 2, 128, 0, 0, 3), (16, 8, 1, 0, 4, 128, 0, 0, 3)
+XPREFETCH = {"gate_up": [*((_BULK_GU, {**DENORM_2, "x_prefetch": d}) for d in _XP),
+                         ((32, 4, 1, 0, 2, 128, 0, 5, 3), {**DENORM_2, "x_prefetch": 3}),
+                         *(((32, 4, 2, 0, 0), {**DENORM_2, "x_prefetch": d}) for d in _XP),
+                         *(((32, 4, 1, 0, 0, 128, 1), {"x_prefetch": d}) for d in _XP)],
+             "down": [*((_BULK_DN, {**DENORM_2, "x_prefetch": d}) for d in _XP),
+                      *(((32, 8, 2, 0, 0, 128, 1), {"x_prefetch": d}) for d in _XP)]}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}
@@ -326,6 +341,7 @@ SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm":
         "bulk-vs-table": BULK_VS_TABLE, "bulk-x": BULK_X, "bulk-m16": BULK_M16,
         "xshare": XSHARE_TILES_2026_12_07, "xshare-m16": XSHARE_M16_TILES_2026_12_07,
         "xshare-u2-m16": XSHARE_U2_M16_TILES_2026_12_07, "xring-m16": XRING_M16,
+        "x-prefetch": XPREFETCH,
         "rowwarps-m16": ROWWARPS_M16_TILES_2026_12_07,
         "2026-12-05-bulk": BULK_TILES_2026_12_05, "2026-12-05-bulk3": BULK3_TILES_2026_12_05,
         "2026-12-05-bulk3-xring": BULK3_XRING_TILES_2026_12_05,

@@ -73,7 +73,8 @@ __device__ __forceinline__ void dflash2_mma(float& c0, float& c1, float& c2, flo
 _LOP3 = ('asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(v) : "r"(bits), "n"(MASK), '
          '"r"(magic));')
 # cp.async as a plain copy: a lane reads back only what it copied itself (the ring's contract,
-# _mma_weights_a_cuda.py), so a copy that lands at once is one that landed by the wait.
+# _mma_weights_a_cuda.py), so a copy that lands at once is one that landed by the wait. A
+# prefetch changes no value: read, so that one outside its buffer is refused as a load would be.
 EMULATED_CP_ASYNC = r"""
 template <int L2_BYTES>
 __device__ __forceinline__ void dflash2_cp_async16(void* dst, const void* src) {
@@ -86,6 +87,9 @@ __device__ __forceinline__ void dflash2_cp_async4(void* dst, const void* src) {
   *static_cast<uint32_t*>(dst) = *static_cast<const uint32_t*>(src);
 }
 __device__ __forceinline__ void dflash2_cp_async_commit() {}
+__device__ __forceinline__ void dflash2_prefetch_l1(const void* p) {
+  (void)*static_cast<const volatile unsigned char*>(p);  // in bounds, or the guard page says so
+}
 template <int PENDING>
 __device__ __forceinline__ void dflash2_cp_async_wait() {}
 """

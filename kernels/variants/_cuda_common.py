@@ -119,6 +119,10 @@ __device__ __forceinline__ void dflash2_cp_async4(void* dst, const void* src) {
 __device__ __forceinline__ void dflash2_cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
+// The 128-byte line at p brought into L1 (CCTL.E.PF1): no register, no wait (x_prefetch).
+__device__ __forceinline__ void dflash2_prefetch_l1(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];\n" :: "l"(p));
+}
 template <int PENDING>
 __device__ __forceinline__ void dflash2_cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" :: "n"(PENDING) : "memory");

@@ -1,6 +1,7 @@
 """Where ``mma_weights_a``'s register pipeline gets each K step's activations, a fragment of its
-CUDA kernel body: ``load_x`` from global memory (L1/L2), from the block's shared slot
-(X_SHARE), from the warp's cp.async ring (X_EARLY 3), or made up (ABLATE 3 and 4). Kept apart
+CUDA kernel body: ``load_x`` from global memory (L1/L2; with X_PREFETCH its lines brought into
+L1 steps ahead), from the block's shared slot (X_SHARE), from the warp's cp.async ring
+(X_EARLY 3), or made up (ABLATE 3 and 4). Kept apart
 from ``_mma_weights_a_cuda`` (which splices it in before the math) because the ways to bring x
 are the levers the M=16 runs of 2026-12-07 turned (bench/results/h100/xcost_1037 and after);
 it uses that body's lane bases (``x_lane``, ``g``, ``t``, ``warp``, ``lane``, ``kgroup``) and
@@ -94,6 +95,21 @@ LOAD_X = r"""  // X_SHARE (one K group a block): the block's threads load a K st
           xa[mt][i] = row < M_ROWS ? x_ring3[(xs + 4 * mt + i) * 32] : make_uint4(0, 0, 0, 0);
       }
     } else {
+      if constexpr (X_PREFETCH > 0) {
+        // X_PREFETCH: the warp's lines of x X_PREFETCH steps on brought into L1 now (a row's
+        // 256 B of a step are two lines: a line a lane), at its first step those of the steps
+        // between too, so each step's loads find L1 rather than wait on L2 one step ahead
+        const int end = (kgroup + 1) * GROUP_STEPS;
+        if ((lane >> 1) < M_ROWS) {
+          const T* line = x + (8 * rw + (lane >> 1)) * K + 64 * (lane & 1);
+          if (step == kgroup * GROUP_STEPS) {
+#pragma unroll
+            for (int d = 1; d < X_PREFETCH; ++d)
+              if (step + d < end) dflash2_prefetch_l1(line + (step + d) * 128);
+          }
+          if (step + X_PREFETCH < end) dflash2_prefetch_l1(line + (step + X_PREFETCH) * 128);
+        }
+      }
 #pragma unroll
       for (int mt = 0; mt < M_TILES; ++mt) {
         const int row = 8 * mt + g;
