@@ -341,6 +341,13 @@ def main(argv=None) -> int:
     if missing:  # before minutes of device time go on the shapes it has
         ap.error(f"--points {args.points} has no tiles for {', '.join(missing)}: pass --shapes "
                  f"{','.join(points)}")
+    # A set whose every tile --no-ring / --no-bulk left out would check nothing and say "not
+    # bit-exact: none" (diagnose's bulk check on an H100, 2026-12-07 13:14, after the bulk
+    # smoke timed out): refused instead
+    emptied = [op for op in args.shapes.split(",") if not points[op]]
+    if emptied:
+        ap.error(f"--points {args.points} keeps no tiles for {', '.join(emptied)} once "
+                 f"--no-ring/--no-bulk leave theirs out: nothing would be checked or timed")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

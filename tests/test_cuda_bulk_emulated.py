@@ -133,7 +133,7 @@ BODY = VARIANTS[NAME].CUDA_SOURCE
 # with the copies landing at once and the second warp held back.
 MISTAKES = {
     "no wait on a stage's copy": (
-        "        if constexpr (ABLATE != 2) dflash2_mbar_wait(full + slot, (st / STAGES) & 1);\n",
+        "        if constexpr (!NO_W) dflash2_mbar_wait(full + slot, (st / STAGES) & 1);\n",
         "", "arrived on more times in one phase than its count"),
     "no wait on the scales' copy": (
         "      dflash2_mbar_wait(sb_full, 0);\n", "", "still in flight"),

@@ -367,7 +367,9 @@ def test_the_h100_18_30_choice_on_its_own_records_takes_the_2_stage_bulk_tile(tm
                         "--choose-from-ncu",
                         str(rec / "diagnose_1828" / "bulk_gate_up_ncu_cold.csv"),
                         "--cold-sweep", str(rec / "sweep_1827" / "cuda_verify_cold_sweep.json"),
-                        "--table", str(ROOT / "kernels" / "selection_table.json"),
+                        # the table in effect then (the 2026-12-05 14:17 bench's): the shipped
+                        # one has held the tile this choice took since 2026-12-07
+                        "--table", str(ROOT / "bench/results/h200/bench_1417/candidate_table.json"),
                         "--out", str(out), "--choice-out", str(choice_out)],
                        check=False, capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr

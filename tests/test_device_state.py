@@ -100,7 +100,9 @@ def test_no_tile_is_chosen_from_a_sweep_that_broke_the_state():
         if k["label"].startswith("gate_up bfloat16 M=8 tile") and "'cluster': 1}" in k["label"]:
             k["us"] = 1.0
     cold = json.loads((off / "cuda_verify_cold_sweep.json").read_text())
-    table = json.loads((ROOT / "kernels" / "selection_table.json").read_text())
+    # the table in effect when that sweep ran (the 2026-12-05 14:17 bench's), whose gate/up tile
+    # it timed
+    table = json.loads((ROOT / "bench/results/h200/bench_1417/candidate_table.json").read_text())
     swept = {name: VARIANTS[name].DEFAULTS for name in sp.SWEPT}
     _, rec = choice.choose_tiles(table, launches, cold, swept, "ncu_cold.csv")
     assert "chosen" in rec["choices"]["gate_up/bfloat16/8"]

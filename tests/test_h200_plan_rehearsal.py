@@ -84,3 +84,15 @@ def test_a_sweep_of_a_set_without_a_shape_is_refused_before_it_starts(tmp_path, 
     assert "--points bulk-m16 has no tiles for down: pass --shapes gate_up" in (
         capsys.readouterr().err)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_check_left_with_no_tiles_is_refused_rather_than_passing_empty(tmp_path, capsys):
+    """The bulk set without its bulk tiles (the smoke failed: --no-bulk) checked nothing and
+    printed "not bit-exact: none"; now one line and exit 2, before any device time."""
+    import cuda_verify_cold_sweep as cs
+    with pytest.raises(SystemExit) as e:
+        cs.main(["--out", str(tmp_path), "--points", "bulk-denorm", "--check-only",
+                 "--no-bulk", "--ms", "8"])
+    assert e.value.code == 2
+    assert "--points bulk-denorm keeps no tiles for gate_up, down" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

@@ -133,8 +133,9 @@ def test_diagnose_bulk_checks_the_bulk_tiles_then_times_each_shapes_legs(tmp_pat
 
 
 def test_diagnose_xcost_times_each_shapes_register_tiles_at_both_ms_and_tabulates_them(tmp_path):
-    """``xcost``: one ncu run a shape, at M=8 and 16, of the table's register tiles whole and
-    with ablate 1-4, and the legs table reads both shapes' CSVs."""
+    """``xcost``: one ncu run a shape, at M=8 and 16, of the table's tiles whose x loads ablate
+    3/4 take out (register tiles, and bulk tiles without x_early: gate/up's M=8 since
+    2026-12-07) whole and with ablate 1-4, and the legs table reads both shapes' CSVs."""
     lines = _run(tmp_path, "diagnose", {"DIAGNOSE_PARTS": "xcost"})
     ncu = [ln.split("\t") for ln in lines if ln.startswith("ncu\t--clock-control")]
     assert len(ncu) == 2
@@ -142,7 +143,8 @@ def test_diagnose_xcost_times_each_shapes_register_tiles_at_both_ms_and_tabulate
         assert run[run.index("--shapes") + 1] == shape and run[run.index("--ms") + 1] == "8,16"
         tiles = json.loads(run[run.index("--tiles") + 1])
         assert tiles and {t["ablate"] for t in tiles} == {0, 1, 2, 3, 4}
-        assert not any(t.get("bulk") or t.get("stages") for t in tiles)
+        assert not any(t.get("stages") and not t.get("bulk") for t in tiles)  # no ring tile
+        assert not any(t.get("bulk") and t.get("x_early") for t in tiles)
     legs = [_flat(ln) for ln in lines if "ablate_legs.py" in ln]
     assert len(legs) == 1 and "xcost_gate_up/ncu_cold.csv" in legs[0]
     assert "xcost_down/ncu_cold.csv" in legs[0]
