@@ -231,6 +231,18 @@ XPREFETCH = {"gate_up": [*((_BULK_GU, {**DENORM_2, "x_prefetch": d}) for d in _X
                          *(((32, 4, 1, 0, 0, 128, 1), {"x_prefetch": d}) for d in _XP)],
              "down": [*((_BULK_DN, {**DENORM_2, "x_prefetch": d}) for d in _XP),
                       *(((32, 8, 2, 0, 0, 128, 1), {"x_prefetch": d}) for d in _XP)]}
+# lag (2026-12-07 14:10 UTC): which slot bulk 3's leader refills. 3 stages at the default lag 1
+# run the ring no further ahead than 2 stages at lag 0 (one stage in flight while one is read),
+# with more shared memory: they were slower (H200 20.4-21.2 us against 19.7; an H100 without
+# x's loads 22.1-22.7 against 21.1-22.0, bench/results/h100/bulk_xcost_1314). lag 0 at 3 and 4
+# stages keeps 2 and 3 stages in flight; lag 1 at 4 stages 2, without waiting on the slowest
+# warp. gate/up's table tile first (2 stages); down's bulk tile beside the table's group sums.
+_BULK_LAG = ((32, 4, 1, 0, 3, 128, 0, 0, 3), (32, 4, 1, 0, 4, 128, 0, 0, 3))
+BULK_LAG = {"gate_up": [(_BULK_GU, DENORM_2),
+                        *((pt, {**DENORM_2, "lag": lag}) for pt in _BULK_LAG for lag in (0, 1))],
+            "down": [((16, 8, 1, 1, 0), {**GSUMS, **LATE}), (_BULK_DN, DENORM_2),
+                     (_BULK_DN, {**DENORM_2, "lag": 0}),
+                     ((16, 8, 1, 0, 3, 128, 0, 0, 3), {**DENORM_2, "lag": 0})]}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}
@@ -341,7 +353,7 @@ SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm":
         "bulk-vs-table": BULK_VS_TABLE, "bulk-x": BULK_X, "bulk-m16": BULK_M16,
         "xshare": XSHARE_TILES_2026_12_07, "xshare-m16": XSHARE_M16_TILES_2026_12_07,
         "xshare-u2-m16": XSHARE_U2_M16_TILES_2026_12_07, "xring-m16": XRING_M16,
-        "x-prefetch": XPREFETCH,
+        "x-prefetch": XPREFETCH, "bulk-lag": BULK_LAG,
         "rowwarps-m16": ROWWARPS_M16_TILES_2026_12_07,
         "2026-12-05-bulk": BULK_TILES_2026_12_05, "2026-12-05-bulk3": BULK3_TILES_2026_12_05,
         "2026-12-05-bulk3-xring": BULK3_XRING_TILES_2026_12_05,

@@ -109,6 +109,12 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                                  f"of the register pipeline alone (stages=0, bulk=0, "
                                  f"col_warps=1, cluster=1, x_share=0) or, for ablate, of the "
                                  f"bulk pipeline without x_early")
+    # bulk 3's refill: the slot LAG stages back (-1: 1 from 3 stages, 0 at 2)
+    lag = int(p.get("lag", -1))
+    lag = (1 if stages > 2 else 0) if lag < 0 else lag
+    if bulk == 3 and lag >= stages:
+        raise tiling.TilingError(f"{name}: lag={lag} refills a slot {lag} stages back, which a "
+                                 f"ring of stages={stages} does not hold (lag < stages)")
     x_prefetch = int(p.get("x_prefetch", 0))
     if x_prefetch and (x_share or ablate >= 3 or x_early in (2, 3) or (bulk and x_early)):
         raise tiling.TilingError(f"{name}: x_prefetch brings into L1 the lines load_x then reads "
@@ -133,7 +139,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                 "HI_IN_PLACE": bool(hi_in_place), "DENORM": denorm, "BULK": bool(bulk),
                 "PACKED": packs_weights(p), "LEADER": bulk == 3, "ABLATE": ablate,
                 "COL_WARPS": col_warps, "CLUSTER": cluster, "X_SHARE": bool(x_share),
-                "ROW_WARPS": row_warps, "X_PREFETCH": x_prefetch,
+                "ROW_WARPS": row_warps, "X_PREFETCH": x_prefetch, "LAG": lag,
                 "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"}
     if bulk:
         return _bulk_config(name, m, k, n, group_size, dtype, template, min_blocks)

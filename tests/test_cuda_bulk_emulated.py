@@ -95,7 +95,7 @@ def _swept_bulk_tiles() -> list[tuple[str, dict]]:
     """Every bulk tile of the sets the device plan times next (bulk-vs-table, bulk-x) and of
     the candidate table it will bench (bench/results/h200/layouts_1853/chosen_table.json), by
     the shape it runs on."""
-    tiles = [(shape, sp.as_params(pt)) for name in ("bulk-vs-table", "bulk-x")
+    tiles = [(shape, sp.as_params(pt)) for name in ("bulk-vs-table", "bulk-x", "bulk-lag")
              for shape, pts in sp.SETS[name].items() for pt in pts
              if sp.as_params(pt).get("bulk")]
     chosen = json.loads((ROOT / "bench/results/h200/layouts_1853/chosen_table.json").read_text())
@@ -215,21 +215,33 @@ def test_a_bad_copies_mode_is_refused_with_one_line():
         launch.launch(NAME, x, qw, {"n_tile": 32, "k_groups": 2, "unroll": 1}, copies="soon")
 
 
-def test_a_leader_that_refills_a_stage_later_is_still_right(monkeypatch):
+def test_a_leader_that_refills_a_stage_later_is_still_right():
     """Not a mistake: warp 0's lane 0 refilling the slot of the stage before its own at 2
-    stages (LAG 1: the next stage goes out only as it is needed) is slower, never wrong. Its
+    stages (LAG 1: the next stage goes out only as it is needed) is slower, never wrong, and so
+    is any lag below the ring's stages. Its
     lane waits on an mbarrier while the rest of its warp runs on to the next mma: the executor
     must hold their mma.sync until that lane comes (the whole warp takes part in it), not
     resolve it without the lane, which leaves NaN where a device gives the right sums."""
-    lag = "          constexpr int LAG = STAGES > 2 ? 1 : 0;"
-    assert BODY.count(lag) == 1
-    monkeypatch.setattr(VARIANTS[NAME], "CUDA_SOURCE",
-                        BODY.replace(lag, "          constexpr int LAG = STAGES - 1;"))
     qw, x = _weights(32, 1024, "bfloat16"), _x(8, 1024, "bfloat16")
     plain = {"n_tile": 32, "k_groups": 1, "unroll": 1}
     y0 = launch.launch(NAME, x, qw, plain)
-    for stages in (2, 3):
+    # lag = stages - 1 (the latest refill), and lag 0 at 3 and 4 stages (the tile key ``lag``:
+    # the ring STAGES - 1 ahead, warp 0 waiting on the slowest warp)
+    for stages, lag in ((2, 1), (3, 2), (3, 0), (4, 0)):
+        cfg = cuda_config.launch_config(NAME, 8, 1024, 32, 64, "bfloat16",
+                                        {**VARIANTS[NAME].DEFAULTS, **plain, "stages": stages,
+                                         "bulk": 3, "lag": lag})
+        assert cfg.template["LAG"] == lag
         for order, copies in SCHEDULES:
-            y = launch.launch(NAME, x, qw, {**plain, "stages": stages, "bulk": 3}, order,
-                              copies=copies)
-            assert mx.array_equal(y, y0).item(), (stages, order, copies)
+            y = launch.launch(NAME, x, qw, {**plain, "stages": stages, "bulk": 3, "lag": lag},
+                              order, copies=copies)
+            assert mx.array_equal(y, y0).item(), (stages, lag, order, copies)
+    for stages in (2, 3):  # the default: 0 at 2 stages, 1 from 3
+        cfg = cuda_config.launch_config(NAME, 8, 1024, 32, 64, "bfloat16",
+                                        {**VARIANTS[NAME].DEFAULTS, **plain, "stages": stages,
+                                         "bulk": 3})
+        assert cfg.template["LAG"] == (stages > 2)
+    with pytest.raises(TilingError, match="lag=2 refills a slot 2 stages back"):
+        cuda_config.launch_config(NAME, 8, 1024, 32, 64, "bfloat16",
+                                  {**VARIANTS[NAME].DEFAULTS, **plain, "stages": 2, "bulk": 3,
+                                   "lag": 2})

@@ -210,13 +210,14 @@ BULK_PIPELINE = r"""  if constexpr (BULK) {
         }
         __syncwarp();
         if (!NO_W && lane == 0) dflash2_mbar_arrive(empty + slot);  // read: refill it
-        // LEADER: warp 0's lane 0 refills the slot of the stage BEFORE this one (released by
-        // every warp by now, all but always), so it rarely waits and the ring runs STAGES - 1
-        // stages ahead. With 2 stages that refill would come only as its stage is needed, so
-        // there it refills this stage's slot once every warp has released it (LAG 0): one
-        // stage ahead, warp 0 waiting on the slowest warp's stage.
+        // LEADER: warp 0's lane 0 refills the slot of the stage LAG stages before this one.
+        // LAG 1 (the default from 3 stages): that slot was released by every warp by now, all
+        // but always, so it rarely waits, and the ring runs STAGES - 2 stages ahead of the
+        // one being read. LAG 0 (the default at 2 stages, where LAG 1's refill would come only
+        // as its stage is needed): this stage's slot once every warp has released it, STAGES -
+        // 1 stages ahead, warp 0 waiting on the slowest warp's stage. (kernels.cuda_config
+        // gives LAG: the tile key ``lag``.)
         if constexpr (LEADER && !NO_W) {
-          constexpr int LAG = STAGES > 2 ? 1 : 0;
           const int next = st - LAG + STAGES;
           if (warp == 0 && lane == 0 && st >= LAG && next < N_ST) {
             dflash2_mbar_wait(empty + (st - LAG) % STAGES, ((st - LAG) / STAGES) & 1);
