@@ -45,11 +45,13 @@ def test_x_prefetch_leaves_every_tiles_output_bit_for_bit(dt):
             y0 = launch.launch(NAME, x, qw, tile)
         except TilingError:  # fp16 at denorm 2 (scales over its limit)
             continue
-        for d in (1, 2, 4, 8):  # 8: a K group's steps (only its first step's prefetch)
+        # 1: a step's only; 8: a K group's steps (the first step's loop, every later one past
+        # the group's end)
+        for d in (1, 8):
             y = launch.launch(NAME, x, qw, {**tile, "x_prefetch": d})
             assert mx.array_equal(y, y0).item(), (k, m, tile, d)
             ran += 1
-    assert ran >= 16, ran
+    assert ran >= 10, ran
 
 
 def test_a_prefetch_past_its_k_group_or_past_x_is_caught(monkeypatch):
