@@ -356,7 +356,7 @@ def test_the_bulk_against_table_set_holds_the_tables_own_bf16_m8_tile_and_render
 
 
 def test_the_diagnostic_tiles_cli_prints_json_and_a_bad_kind_is_one_line():
-    """h200.sh's ``tiles`` calls the script: its JSON is the function's, and a bad kind is
+    """h200_recipes.sh's ``tiles`` calls the script: its JSON is the function's, and a bad kind is
     one line on stderr and exit 2, so the diagnose run names what went wrong."""
     import subprocess
     script = [sys.executable, str(ROOT / "bench" / "diagnostic_tiles.py")]
