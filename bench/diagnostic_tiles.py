@@ -27,6 +27,7 @@ from sweep_points import (
     with_plain_twins,
 )
 
+from kernels.cuda_config import takes_x_ablate
 from kernels.selection import table_path
 
 # The ablated tiles of the table's entries at an M: M=16's tell whether its second activation
@@ -48,14 +49,6 @@ XCOST_MS = (8, 16)
 LOADS = [(32, 4, 1, 0, 0), (32, 4, 2, 0, 0), (32, 4, 1, 1, 0), (32, 4, 2, 1, 0),
          (32, 2, 4, 0, 0), (32, 2, 4, 1, 0), (16, 4, 2, 1, 0), (16, 8, 1, 1, 0),
          (16, 17, 4, 1, 0)]
-
-
-def _x_ablatable(params: dict) -> bool:
-    """Whether ablate 3 and 4 run on the tile (kernels.cuda_config refuses them elsewhere)."""
-    if params.get("bulk"):
-        return not params.get("x_early")
-    return (not params.get("stages") and int(params.get("col_warps", 1)) == 1
-            and int(params.get("cluster", 1)) == 1 and not params.get("x_share"))
 
 
 def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
@@ -100,7 +93,7 @@ def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
         tiles = [point_of(e["variant"], e["params"]) for e in table["entries"]
                  if e["devices"] == ["sm_90"] and e["M"] in XCOST_MS
                  and e["dtypes"] == ["bfloat16"] and e["shapes"][0] == shape
-                 and e["variant"] == NAME and _x_ablatable(e["params"])]
+                 and e["variant"] == NAME and takes_x_ablate(e["params"])]
         tiles = [t for i, t in enumerate(tiles) if t not in tiles[:i]]
         return [{**t, "ablate": a} for t in tiles for a in range(5)]
     if kind not in ABLATE_AT:

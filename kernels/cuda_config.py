@@ -101,10 +101,10 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                                  f"and no ablate=2 (no stage copied)")
     # the levers on the activations' loads that only the register pipeline's load_x has
     # (ablate 3 and 4 also in the bulk pipeline's own load_x path: x_early 0)
-    x_ablate = ablate >= 3 and not (bulk and not x_early)
-    x_levers = [lv for lv, on in ((f"ablate={ablate}", x_ablate), ("x_early=3", x_early == 3))
+    x_levers = [lv for lv, on in ((f"ablate={ablate}", ablate >= 3 and not takes_x_ablate(p)),
+                                  ("x_early=3", x_early == 3 and not _register_alone(p)))
                 if on]
-    if x_levers and (stages or bulk or col_warps > 1 or cluster > 1 or x_share):
+    if x_levers:
         raise tiling.TilingError(f"{name}: {' and '.join(x_levers)} change the activation loads "
                                  f"of the register pipeline alone (stages=0, bulk=0, "
                                  f"col_warps=1, cluster=1, x_share=0) or, for ablate, of the "
@@ -220,6 +220,23 @@ def _group_sums_config(name: str, m: int, k: int, n: int, group_size: int, dtype
 # Dynamic shared memory a block may take on sm_90: 227 KiB with the static kind, of which this
 # variant keeps 16 B; 1 KiB is left for it and alignment.
 MAX_DYNAMIC_SMEM = 226 * 1024
+
+
+def _register_alone(p: Mapping) -> bool:
+    """The register pipeline of one block a column tile: no ring, no bulk copies, no warps or
+    blocks sharing x."""
+    return not (int(p.get("stages", 0)) or int(p.get("bulk", 0))
+                or int(p.get("col_warps", 1)) > 1 or int(p.get("cluster", 1)) > 1
+                or int(p.get("x_share", 0)))
+
+
+def takes_x_ablate(p: Mapping) -> bool:
+    """Whether ``ablate`` 3 and 4 (x's words made up in load_x) can run on a tile of
+    mma_weights_a: the register pipeline alone, or the bulk pipeline without x_early (whose
+    load_x they are); bench/diagnostic_tiles.py picks its xcost tiles by it."""
+    if int(p.get("bulk", 0)):
+        return not int(p.get("x_early", 0))
+    return _register_alone(p)
 
 
 def packs_weights(params: Mapping) -> bool:
