@@ -127,6 +127,28 @@ def test_the_planned_bulk_tiles_run_at_their_shapes_real_k():
             assert mx.array_equal(y, y0).item(), (shape, p, order, copies)
 
 
+
+def test_the_fp16_bulk_tiles_run_at_their_shapes_real_k():
+    """bulk-f16's bulk tiles (denorm 1, hi_in_place, plain) in fp16 at their shape's own K,
+    over two column tiles at M=8: the register twin's output bit for bit with the second warp
+    held back and the copies late (the bf16 test above runs every schedule),
+    and that twin within the bounds; the scales (spread 0.25) under fp16 denorm 1's 2^-4, so
+    the denorm path is what runs."""
+    tiles = [(shape, sp.as_params(pt)) for shape, pts in sp.SETS["bulk-f16"].items()
+             for pt in pts if sp.as_params(pt).get("bulk")]
+    assert len(tiles) == 6 and {s for s, _ in tiles} == {"gate_up", "down"}
+    for shape, p in tiles:
+        k = cv.SHAPES[shape][0]
+        qw, x = _weights(2 * p["n_tile"], k, "float16"), _x(8, k, "float16")
+        assert float(mx.abs(qw.scales).max()) < 2.0 ** -4
+        twin = sp.register_twin(p)
+        y0 = launch.launch(NAME, x, qw, twin)
+        f64, port = _errors(y0, x, qw, VARIANTS[NAME].portable(x, qw, twin), "float16")
+        assert f64 <= 1.0 and port <= 2.0, (shape, p, f64, port)
+        order, copies = SCHEDULES[-1]
+        y = launch.launch(NAME, x, qw, p, order, copies=copies)
+        assert mx.array_equal(y, y0).item(), (shape, p, order, copies)
+
 BODY = VARIANTS[NAME].CUDA_SOURCE
 # (what the source says, a mistake in its place, what the emulator says of it); each runs with
 # the copies landing as late as they can, but the refill before a warp has read, which runs
