@@ -254,6 +254,15 @@ BULK_F16 = {"gate_up": [((32, 4, 1, 0, 0, 128, 1), GSUMS),
             "down": [((16, 8, 1, 1, 0), {**GSUMS, **LATE}),
                      *((_BULK_DN, {**lever, "lag": 0}) for lever in _F16),
                      ((16, 8, 1, 0, 3, 128, 0, 0, 3), {"denorm": 1, "lag": 0})]}
+# x_ahead (2026-12-07 16:00 UTC): bulk 3's activations two K steps ahead in registers, not
+# one (43% of its stall samples waited on the next step's x: ../h100/bulk3_stalls_1632). nvcc
+# 13 for sm_90, bf16 M=8: gate/up 92 -> 112 registers (4 blocks an SM: 544 blocks in 1.03
+# waves), held to 5 by min_blocks 5 at 96 with 56 bytes spilled; down 71 -> 88 (2 blocks of 256
+# threads an SM), held to 3 by min_blocks 3. Each beside its tile without it.
+X_AHEAD = {"gate_up": [(_BULK_GU, DENORM_2), (_BULK_GU, {**DENORM_2, "x_ahead": 1}),
+                       ((32, 4, 1, 0, 2, 128, 0, 5, 3), {**DENORM_2, "x_ahead": 1})],
+           "down": [(_BULK_DN, {**DENORM_2, "lag": 0}),
+                    ((16, 8, 1, 0, 4, 128, 0, 3, 3), {**DENORM_2, "lag": 0, "x_ahead": 1})]}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}
@@ -364,7 +373,7 @@ SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm":
         "bulk-vs-table": BULK_VS_TABLE, "bulk-x": BULK_X, "bulk-m16": BULK_M16,
         "xshare": XSHARE_TILES_2026_12_07, "xshare-m16": XSHARE_M16_TILES_2026_12_07,
         "xshare-u2-m16": XSHARE_U2_M16_TILES_2026_12_07, "xring-m16": XRING_M16,
-        "x-prefetch": XPREFETCH, "bulk-lag": BULK_LAG, "bulk-f16": BULK_F16,
+        "x-prefetch": XPREFETCH, "bulk-lag": BULK_LAG, "bulk-f16": BULK_F16, "x-ahead": X_AHEAD,
         "rowwarps-m16": ROWWARPS_M16_TILES_2026_12_07,
         "2026-12-05-bulk": BULK_TILES_2026_12_05, "2026-12-05-bulk3": BULK3_TILES_2026_12_05,
         "2026-12-05-bulk3-xring": BULK3_XRING_TILES_2026_12_05,

@@ -121,6 +121,11 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                                  f"from global memory, so it takes no x_share, x_early 2 or 3, "
                                  f"x_early with bulk, or ablate 3 or 4 (not x_share={x_share}, "
                                  f"x_early={x_early}, bulk={bulk}, ablate={ablate})")
+    x_ahead = int(p.get("x_ahead", 0))
+    if x_ahead and not (bulk and not x_early):
+        raise tiling.TilingError(f"{name}: x_ahead loads x two K steps ahead in the bulk "
+                                 f"pipeline's load_x path (bulk without x_early), not "
+                                 f"bulk={bulk}, x_early={x_early}")
     if ablate and stages and not bulk:
         raise tiling.TilingError(f"{name}: ablate takes a part out of the register pipeline "
                                  f"or the bulk pipeline, not the cp.async ring")
@@ -140,6 +145,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                 "PACKED": packs_weights(p), "LEADER": bulk == 3, "ABLATE": ablate,
                 "COL_WARPS": col_warps, "CLUSTER": cluster, "X_SHARE": bool(x_share),
                 "ROW_WARPS": row_warps, "X_PREFETCH": x_prefetch, "LAG": lag,
+                "X_AHEAD": bool(x_ahead),
                 "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"}
     if bulk:
         return _bulk_config(name, m, k, n, group_size, dtype, template, min_blocks)

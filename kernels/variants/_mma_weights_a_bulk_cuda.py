@@ -126,12 +126,16 @@ BULK_PIPELINE = r"""  if constexpr (BULK) {
         }
         dflash2_cp_async_commit();
       };
-      uint4 xa[M_TILES][4], xn[M_TILES][4];
+      // X_AHEAD (x_early 0): the activations two K steps ahead in registers (xf), not one
+      uint4 xa[M_TILES][4], xn[M_TILES][4], xf[M_TILES][4];
       if constexpr (X_EARLY == 1 && ABLATE != 1) {
 #pragma unroll
         for (int ls = 0; ls < X_DEPTH - 1; ++ls) issue_x(ls);
       } else if constexpr (X_EARLY != 2 && ABLATE != 1) {
         load_x(xa, warp * GROUP_STEPS);
+        if constexpr (X_AHEAD) {
+          if (GROUP_STEPS > 1) load_x(xn, warp * GROUP_STEPS + 1);
+        }
       }
 #pragma unroll 1
       for (int st = 0; st < N_ST; ++st) {
@@ -199,6 +203,21 @@ BULK_PIPELINE = r"""  if constexpr (BULK) {
             continue;
           }
           const bool more = st * SPS + u + 1 < GROUP_STEPS;
+          if constexpr (X_AHEAD) {
+            const bool more2 = st * SPS + u + 2 < GROUP_STEPS;
+            if (more2) load_x(xf, step + 2);
+            mma_math(wq, sc, bi, xa);
+            if (more) {
+#pragma unroll
+              for (int mt = 0; mt < M_TILES; ++mt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                  xa[mt][i] = xn[mt][i];
+                  if (more2) xn[mt][i] = xf[mt][i];
+                }
+            }
+            continue;
+          }
           if (more) load_x(xn, step + 1);
           mma_math(wq, sc, bi, xa);
           if (more) {

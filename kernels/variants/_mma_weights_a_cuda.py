@@ -39,7 +39,7 @@ from kernels.variants._mma_weights_a_x_cuda import LOAD_X
 # threads together one K step ahead), ROW_WARPS (register pipeline: a warp per 8 activation rows
 # of each K group, M_ROWS being a warp's 8 rows), X_PREFETCH (x's lines that many K steps on
 # brought into L1 as each step's are loaded: load_x), LAG (bulk 3: the slot its leader refills,
-# LAG stages back); type T.
+# LAG stages back), X_AHEAD (bulk without X_EARLY: x loaded two K steps ahead, not one); type T.
 # Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for
 # columns n0 + g and n0 + g + 8 one 16-byte load each (4 packed words), and the same 32
 # activations of row g (and g + 8 for a second B tile). Word i of those 4 feeds two mma steps;
