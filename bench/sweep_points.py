@@ -247,7 +247,10 @@ BULK_LAG = {"gate_up": [(_BULK_GU, DENORM_2),
 # (group sums, 32 x 4, x_early 1) is 4.4 us over the goal on the H200 against bf16's 2.1 with the
 # bulk tile. fp16's denorm 2 needs |scale| < 2^-8, which the bench's gate/up weights exceed, so
 # its bulk tiles at denorm 1 (|scale| < 2^-4) and hi_in_place (no limit), beside fp16's table
-# tiles, at their shapes: each its own plain twin for the bit-exact check.
+# tiles, at their shapes: each its own plain twin for the bit-exact check. Timed on an H100 at
+# 16:06 UTC (bench/results/h100/xahead_f16_1604): gate/up's bulk tile at denorm 1 23.0-23.2 us
+# alone against the table tile's 26.1-27.0, and ahead batched and in a chain; down's ahead
+# alone, behind batched. Not yet on an H200 (bench/results/h200/RUNS.md's plan).
 _F16 = ({"denorm": 1}, {"hi_in_place": 1})
 BULK_F16 = {"gate_up": [((32, 4, 1, 0, 0, 128, 1), GSUMS),
                         *((_BULK_GU, lever) for lever in _F16), _BULK_GU],
@@ -258,7 +261,9 @@ BULK_F16 = {"gate_up": [((32, 4, 1, 0, 0, 128, 1), GSUMS),
 # one (43% of its stall samples waited on the next step's x: ../h100/bulk3_stalls_1632). nvcc
 # 13 for sm_90, bf16 M=8: gate/up 92 -> 112 registers (4 blocks an SM: 544 blocks in 1.03
 # waves), held to 5 by min_blocks 5 at 96 with 56 bytes spilled; down 71 -> 88 (2 blocks of 256
-# threads an SM), held to 3 by min_blocks 3. Each beside its tile without it.
+# threads an SM), held to 3 by min_blocks 3. Each beside its tile without it. Timed on an H100
+# at 16:05 UTC (bench/results/h100/xahead_f16_1604): slower everywhere (gate/up 29.0-30.0 us
+# against 23.0-23.3; held to 5 blocks it spills, 28.2; down 32.4 against 27.9-28.1).
 X_AHEAD = {"gate_up": [(_BULK_GU, DENORM_2), (_BULK_GU, {**DENORM_2, "x_ahead": 1}),
                        ((32, 4, 1, 0, 2, 128, 0, 5, 3), {**DENORM_2, "x_ahead": 1})],
            "down": [(_BULK_DN, {**DENORM_2, "lag": 0}),
