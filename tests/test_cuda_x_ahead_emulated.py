@@ -33,7 +33,7 @@ import sweep_points as sp
 NAME = "mma_weights_a"
 BODY = VARIANTS[NAME].CUDA_SOURCE
 BULK = {"n_tile": 32, "unroll": 1, "stages": 2, "bulk": 3}
-# (K, M, tile): K steps a warp of 8, 2 and 1 (the loads past a group's end never issued), at
+# (K, M, tile): K steps a warp of 8, 2, 1 and 16 (the loads past a group's end never issued), at
 # M=8, 16 (two activation tiles) and 5 (rows past M), unroll 2 (two steps a stage), denorm 2
 # and a deeper ring at lag 0
 TILES = [(4096, 8, {**BULK, "k_groups": 4, "denorm": 2}),
