@@ -8,6 +8,10 @@
 #   scripts/h200.sh stage          there: copy whatever parts this call carried to /tmp/wheels
 #   scripts/h200.sh install        there: check every part of the manifest is staged, join them
 #                                  (sha256 checked), install into /tmp/site (PYTHONPATH)
+#   scripts/h200.sh ready          there, on the call carrying the last part: stage, install
+#                                  (its log: $OUT/install.log), /tmp/h200res with the bulk smoke
+#                                  marked done (each plan's sweep checks its bulk tiles against
+#                                  their register twins anyway), the card into $OUT/nvidia-smi.txt
 #   scripts/h200.sh bench ARGS     there: bench/cuda_verify.py (the honest bench: read ceiling,
 #                                  cold and hot weights, eager and compiled, host cost, a chain of
 #                                  dependent launches, and with --ncu ncu's time of every row's
@@ -136,6 +140,12 @@ case "$cmd" in
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
       --target /tmp/site "$WHEELS"/mlx-"$VERSION"-*.whl "$PWD/$whl"
     PYTHONPATH=/tmp/site python3 -c "import mlx.core as mx; print(mx.__version__, mx.default_device(), mx.device_info())"
+    ;;
+  ready)
+    bash "$0" stage > /dev/null
+    bash "$0" install > "$OUT/install.log" 2>&1 || { tail -5 "$OUT/install.log" >&2; exit 1; }
+    mkdir -p /tmp/h200res && touch /tmp/h200res/bulk_ok
+    nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv | tee "$OUT/nvidia-smi.txt"
     ;;
   bench)
     shift
@@ -322,7 +332,7 @@ case "$cmd" in
       suites/test_selection.py --results-jsonl "$OUT/h200_suites.jsonl" 2>&1 | tee "$OUT/suites.log" | tail -40
     ;;
   *)
-    echo "usage: scripts/h200.sh fetch|stage|install|bench|devtests|hostcost|regen|ncu|ncucold|diagnose|denorm|coldsweep|readsizes|sass|choose|sweep|suites" >&2
+    echo "usage: scripts/h200.sh fetch|stage|install|ready|bench|devtests|hostcost|regen|ncu|ncucold|diagnose|denorm|coldsweep|readsizes|sass|choose|sweep|suites" >&2
     exit 2
     ;;
 esac

@@ -23,7 +23,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from kernels import cuda_config
+from kernels import cuda, cuda_config
 from kernels.cuda_emu import launch
 from kernels.metal_emu.executor import COPIES, EmulatorError
 from kernels.qweights import QWeights
@@ -105,6 +105,23 @@ def _swept_bulk_tiles() -> list[tuple[str, dict]]:
     return list(unique.values())
 
 
+def _at_real_k(tiles: list[tuple[str, dict]], dt: str, schedules) -> None:
+    """Each tile at its shape's own K over two column tiles at M=8: its register twin within
+    the bounds, and the tile that twin's output bit for bit under each schedule."""
+    for shape, p in tiles:
+        k = cv.SHAPES[shape][0]
+        qw, x = _weights(2 * p["n_tile"], k, dt), _x(8, k, dt)
+        if p.get("denorm"):  # the denorm path is what runs, not the plain one it falls back to
+            assert float(mx.abs(qw.scales).max()) < cuda.DENORM_SCALE_LIMIT[(dt, p["denorm"])]
+        twin = sp.register_twin(p)
+        y0 = launch.launch(NAME, x, qw, twin)
+        f64, port = _errors(y0, x, qw, VARIANTS[NAME].portable(x, qw, twin), dt)
+        assert f64 <= 1.0 and port <= 2.0, (shape, p, f64, port)
+        for order, copies in schedules:
+            y = launch.launch(NAME, x, qw, p, order, copies=copies)
+            assert mx.array_equal(y, y0).item(), (shape, p, order, copies)
+
+
 def test_the_planned_bulk_tiles_run_at_their_shapes_real_k():
     """The bulk tiles the next device calls time and bench, each at its shape's own K
     (gate/up 5120: 10 K steps a warp; down 17408: 17) over two column tiles, bf16 at M=8: the
@@ -115,39 +132,18 @@ def test_the_planned_bulk_tiles_run_at_their_shapes_real_k():
                         "denorm": 2, "stages": 2}) in tiles
     assert {s for s, _ in tiles} == {"gate_up", "down"}
     assert sum(p.get("x_early") == 2 for _, p in tiles) == 4
-    for shape, p in tiles:
-        k = cv.SHAPES[shape][0]
-        qw, x = _weights(2 * p["n_tile"], k, "bfloat16"), _x(8, k, "bfloat16")
-        twin = sp.register_twin(p)
-        y0 = launch.launch(NAME, x, qw, twin)
-        f64, port = _errors(y0, x, qw, VARIANTS[NAME].portable(x, qw, twin), "bfloat16")
-        assert f64 <= 1.0 and port <= 2.0, (shape, p, f64, port)
-        for order, copies in SCHEDULES:
-            y = launch.launch(NAME, x, qw, p, order, copies=copies)
-            assert mx.array_equal(y, y0).item(), (shape, p, order, copies)
-
+    _at_real_k(tiles, "bfloat16", SCHEDULES)
 
 
 def test_the_fp16_bulk_tiles_run_at_their_shapes_real_k():
-    """bulk-f16's bulk tiles (denorm 1, hi_in_place, plain) in fp16 at their shape's own K,
-    over two column tiles at M=8: the register twin's output bit for bit with the second warp
-    held back and the copies late (the bf16 test above runs every schedule),
-    and that twin within the bounds; the scales (spread 0.25) under fp16 denorm 1's 2^-4, so
-    the denorm path is what runs."""
+    """bulk-f16's bulk tiles (denorm 1, hi_in_place, plain) in fp16, as the bf16 ones above but
+    under one schedule (the second warp held back, the copies late); the scales (spread 0.25)
+    under fp16 denorm 1's 2^-4, so the denorm path is what runs."""
     tiles = [(shape, sp.as_params(pt)) for shape, pts in sp.SETS["bulk-f16"].items()
              for pt in pts if sp.as_params(pt).get("bulk")]
     assert len(tiles) == 6 and {s for s, _ in tiles} == {"gate_up", "down"}
-    for shape, p in tiles:
-        k = cv.SHAPES[shape][0]
-        qw, x = _weights(2 * p["n_tile"], k, "float16"), _x(8, k, "float16")
-        assert float(mx.abs(qw.scales).max()) < 2.0 ** -4
-        twin = sp.register_twin(p)
-        y0 = launch.launch(NAME, x, qw, twin)
-        f64, port = _errors(y0, x, qw, VARIANTS[NAME].portable(x, qw, twin), "float16")
-        assert f64 <= 1.0 and port <= 2.0, (shape, p, f64, port)
-        order, copies = SCHEDULES[-1]
-        y = launch.launch(NAME, x, qw, p, order, copies=copies)
-        assert mx.array_equal(y, y0).item(), (shape, p, order, copies)
+    _at_real_k(tiles, "float16", SCHEDULES[-1:])
+
 
 BODY = VARIANTS[NAME].CUDA_SOURCE
 # (what the source says, a mistake in its place, what the emulator says of it); each runs with

@@ -6,9 +6,10 @@ step ahead (bench/results/h100/bulk3_stalls_1632), and x's words made up (ablate
 1.8 us off the candidate tile's 22.9-23.8 (bulk_xcost_1314). The levers that moved x earlier
 through memory cost more than they saved: a cp.async ring (its copies, waits and shared reads:
 bulk3_xring_1648), x with each stage (bulk_x_2303), L1 prefetches (L2 traffic up 52-106 MB:
-h200/xprefetch_1331). Registers are what is left: 16 more a lane at M=8 (5 blocks an SM still
-fit at up to 102). Loading earlier changes no value, so every tile gives its own output
-without it bit for bit, at K groups of 1, 2 and many steps.
+h200/xprefetch_1331). Registers were what was left: 16 more a lane at M=8 (nvcc: 92 -> 112 on
+gate/up, so 4 blocks an SM, not 5; timed slower on an H100, bench/results/h100/xahead_f16_1604).
+Loading earlier changes no value, so every tile gives its own output without it bit for bit,
+at K groups of 1, 2 and many steps.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ BULK = {"n_tile": 32, "unroll": 1, "stages": 2, "bulk": 3}
 # M=8, 16 (two activation tiles) and 5 (rows past M), unroll 2 (two steps a stage), denorm 2
 # and a deeper ring at lag 0
 TILES = [(4096, 8, {**BULK, "k_groups": 4, "denorm": 2}),
-         (1024, 8, {**BULK, "k_groups": 4, "stages": 2}),
-         (512, 16, {**BULK, "k_groups": 4, "unroll": 1}),
+         (1024, 8, {**BULK, "k_groups": 4}),
+         (512, 16, {**BULK, "k_groups": 4}),
          (4096, 5, {**BULK, "k_groups": 2, "unroll": 2, "stages": 3, "lag": 0}),
          (2048, 16, {**BULK, "k_groups": 2, "denorm": 1})]
 
