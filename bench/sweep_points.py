@@ -268,6 +268,21 @@ X_AHEAD = {"gate_up": [(_BULK_GU, DENORM_2), (_BULK_GU, {**DENORM_2, "x_ahead": 
                        ((32, 4, 1, 0, 2, 128, 0, 5, 3), {**DENORM_2, "x_ahead": 1})],
            "down": [(_BULK_DN, {**DENORM_2, "lag": 0}),
                     ((16, 8, 1, 0, 4, 128, 0, 3, 3), {**DENORM_2, "lag": 0, "x_ahead": 1})]}
+# wgmma (2026-12-07 17:30 UTC, no device yet; bit for bit on the CUDA emulator): each K group's
+# 4 warps a warpgroup (col_warps 4: 64 columns a K group, n_tile 16 a warp), each word's mma
+# pair one wgmma with x staged once a warpgroup in shared memory, so M=16 is one instruction as
+# M=8 is. nvcc 13 for sm_90a, gate/up bf16 16 x 2 u2: 119 registers at M=8, 127 at M=16, 12 and
+# 24 KiB of shared memory. gate/up has 272 warpgroups' worth of columns; down only 80, so its
+# blocks hold 2 or 4 K groups (512 threads at most: 127 registers). Timed at M=8 and at M=16
+# (--point-m 16) beside the table's tiles at each.
+WG = {"col_warps": 4, "wgmma": 1}
+WGMMA = {"gate_up": [((16, 1, 2, 0, 0), WG), ((16, 1, 4, 0, 0), WG), ((16, 2, 2, 0, 0), WG),
+                     ((16, 2, 1, 1, 0), WG), ((16, 4, 1, 0, 0), WG),
+                     ((16, 1, 1, 1, 0), WG), ((16, 1, 2, 1, 0), WG),
+                     ((16, 1, 2, 0, 0), {**WG, **DENORM_2}),
+                     (_BULK_GU, DENORM_2), (32, 4, 1, 0, 0, 128, 1)],
+         "down": [((16, 2, 2, 0, 0), WG), ((16, 4, 2, 0, 0), WG), ((16, 4, 1, 1, 0), WG),
+                  ((16, 8, 1, 1, 0), {**GSUMS, **LATE}), (32, 8, 2, 0, 0, 128, 1)]}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}
@@ -379,6 +394,7 @@ SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm":
         "xshare": XSHARE_TILES_2026_12_07, "xshare-m16": XSHARE_M16_TILES_2026_12_07,
         "xshare-u2-m16": XSHARE_U2_M16_TILES_2026_12_07, "xring-m16": XRING_M16,
         "x-prefetch": XPREFETCH, "bulk-lag": BULK_LAG, "bulk-f16": BULK_F16, "x-ahead": X_AHEAD,
+        "wgmma": WGMMA,
         "rowwarps-m16": ROWWARPS_M16_TILES_2026_12_07,
         "2026-12-05-bulk": BULK_TILES_2026_12_05, "2026-12-05-bulk3": BULK3_TILES_2026_12_05,
         "2026-12-05-bulk3-xring": BULK3_XRING_TILES_2026_12_05,

@@ -126,6 +126,17 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
         raise tiling.TilingError(f"{name}: x_ahead loads x two K steps ahead in the bulk "
                                  f"pipeline's load_x path (bulk without x_early), not "
                                  f"bulk={bulk}, x_early={x_early}")
+    wgmma = int(p.get("wgmma", 0))
+    if wgmma and (col_warps != 4 or stages or bulk or cluster > 1 or x_share or x_early
+                  or row_warps > 1 or x_prefetch or ablate >= 3):
+        raise tiling.TilingError(f"{name}: wgmma makes each K group's 4 warps a warpgroup whose "
+                                 f"activations it stages itself, in the register pipeline "
+                                 f"(col_warps=4, stages=0, bulk=0, cluster=1, x_share=0, "
+                                 f"x_early=0, row_warps=1, x_prefetch=0, ablate<3), not "
+                                 f"col_warps={col_warps}, stages={stages}, bulk={bulk}, "
+                                 f"cluster={cluster}, x_share={x_share}, x_early={x_early}, "
+                                 f"row_warps={row_warps}, x_prefetch={x_prefetch}, "
+                                 f"ablate={ablate}")
     if ablate and stages and not bulk:
         raise tiling.TilingError(f"{name}: ablate takes a part out of the register pipeline "
                                  f"or the bulk pipeline, not the cp.async ring")
@@ -145,7 +156,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                 "PACKED": packs_weights(p), "LEADER": bulk == 3, "ABLATE": ablate,
                 "COL_WARPS": col_warps, "CLUSTER": cluster, "X_SHARE": bool(x_share),
                 "ROW_WARPS": row_warps, "X_PREFETCH": x_prefetch, "LAG": lag,
-                "X_AHEAD": bool(x_ahead),
+                "X_AHEAD": bool(x_ahead), "WGMMA": bool(wgmma),
                 "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"}
     if bulk:
         return _bulk_config(name, m, k, n, group_size, dtype, template, min_blocks)
@@ -188,6 +199,8 @@ def _shared_x_config(name: str, m: int, n: int, n_tile: int, k_groups: int, dtyp
                                  f"{tiling.MAX_THREADS['cuda']}")
     smem = (k_groups // cluster) * 8 * -(-m // 8) * n_tile * col_warps * 4  # partial sums
     smem += 2 * m * 272 if template["X_SHARE"] else 0  # two slots of a K step's x (XS_PITCH)
+    # wgmma: two slots a K group of a K step's x, 8 k16 blocks of 8 or 16 rows (NW x 32 B)
+    smem += (k_groups // cluster) * 2 * 8 * (16 if m > 8 else 8) * 32 if template["WGMMA"] else 0
     if smem > tiling.MEMORY["cuda"][0]:
         raise tiling.TilingError(f"{where}: its partial sums and x's slots ({smem} B) exceed "
                                  f"the 48 KiB of static shared memory")

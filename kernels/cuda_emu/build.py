@@ -70,6 +70,71 @@ __device__ __forceinline__ void dflash2_mma(float& c0, float& c1, float& c2, flo
   c0 = r.c[0]; c1 = r.c[1]; c2 = r.c[2]; c3 = r.c[3];
 }
 """
+# wgmma.mma_async.m64nNk16 with A from registers, per warp: warp w of the warpgroup gives A's rows
+# 16 w to + 16 (mma.sync's A fragment) and gets those rows of D (C's layout, a C tile per 8
+# columns), so each warp's share is its own 16 x 16 by 16 x N product, run as the warp's
+# collective with the same one rounding as EMULATED_MMA. B is read from the block's shared
+# memory through the layout its descriptor names (dflash2_wgmma_b_offset), at the wgmma: the
+# emulator runs it at once, so it does not model its asynchrony (a wait too early, or B written
+# before the wait): the device's check against the mma.sync twin does. The fences and the
+# group's commit and wait change no value here.
+EMULATED_WGMMA = common.WGMMA_HEADER[:common.WGMMA_HEADER.index("template <bool BF16, int NW>")] + r"""
+template <int NW> struct __emu_wgmma_frag { uint32_t a[4]; float d[NW / 2]; const unsigned char* b; };
+template <bool BF16, int NW>
+void __emu_wgmma_combine(const void* in_all, void* out_all, const unsigned*, unsigned active,
+                         unsigned long) {
+  const __emu_wgmma_frag<NW>* in = static_cast<const __emu_wgmma_frag<NW>*>(in_all);
+  __emu_wgmma_frag<NW>* out = static_cast<__emu_wgmma_frag<NW>*>(out_all);
+  double a[16][16], b[16][NW];
+  bool same = true;
+  for (int l = 0; l < 32; ++l) {
+    const int g = l >> 2, t = l & 3;
+    same = same && in[l].b == in[0].b;
+    for (int h = 0; h < 2; ++h) {
+      a[g][2 * t + h] = __emu_half<BF16>(in[l].a[0], h);
+      a[g + 8][2 * t + h] = __emu_half<BF16>(in[l].a[1], h);
+      a[g][2 * t + 8 + h] = __emu_half<BF16>(in[l].a[2], h);
+      a[g + 8][2 * t + 8 + h] = __emu_half<BF16>(in[l].a[3], h);
+    }
+  }
+  for (int k = 0; k < 16; ++k)
+    for (int n = 0; n < NW; ++n) {
+      uint16_t h;
+      __builtin_memcpy(&h, in[0].b + dflash2_wgmma_b_offset(k, n), 2);
+      b[k][n] = __emu_half<BF16>(h, 0);
+    }
+  for (int l = 0; l < 32; ++l) {
+    const int g = l >> 2, t = l & 3;
+    for (int i = 0; i < NW / 2; ++i) {
+      const int row = (i & 2) ? g + 8 : g, col = 8 * (i >> 2) + 2 * t + (i & 1);
+      double s = in[l].d[i];
+      for (int k = 0; k < 16; ++k) s += a[row][k] * b[k][col];
+      // the whole warp, one B: else NaN, which every check reports
+      out[l].d[i] = active == 0xFFFFFFFFu && same ? static_cast<float>(s) : __builtin_nanf("");
+    }
+  }
+}
+template <bool BF16, int NW>
+__device__ __forceinline__ void dflash2_wgmma(float (&d)[NW / 2], uint32_t a0, uint32_t a1,
+                                              uint32_t a2, uint32_t a3, const void* b,
+                                              __EMU_SITE_PARAM) {
+  const unsigned char* p = static_cast<const unsigned char*>(b);
+  char *lo, *hi;
+  __emu_tg_bounds(&lo, &hi);
+  if (reinterpret_cast<unsigned long>(p) % 16 || p < reinterpret_cast<unsigned char*>(lo) ||
+      p + NW * 32 > reinterpret_cast<unsigned char*>(hi))
+    __emu_hooks.fail("a wgmma's B outside the block's shared memory, or not 16-byte aligned");
+  __emu_wgmma_frag<NW> f{{a0, a1, a2, a3}, {}, p}, r;
+  for (int i = 0; i < NW / 2; ++i) f.d[i] = d[i];
+  __emu_hooks.simd_collective(&f, &r, sizeof f, 0, __emu_wgmma_combine<BF16, NW>, __EMU_SITE());
+  for (int i = 0; i < NW / 2; ++i) d[i] = r.d[i];
+}
+__device__ __forceinline__ void dflash2_wgmma_fence() {}
+__device__ __forceinline__ void dflash2_wgmma_commit() {}
+template <int PENDING>
+__device__ __forceinline__ void dflash2_wgmma_wait() {}
+__device__ __forceinline__ void dflash2_fence_proxy_async() {}
+"""
 _LOP3 = ('asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(v) : "r"(bits), "n"(MASK), '
          '"r"(magic));')
 # cp.async as a plain copy: a lane reads back only what it copied itself (the ring's contract,
@@ -144,6 +209,7 @@ EMULATED = {
     common.CP_ASYNC_HEADER: EMULATED_CP_ASYNC,
     common.BULK_HEADER: EMULATED_BULK,
     common.CLUSTER_HEADER: EMULATED_CLUSTER,
+    common.WGMMA_HEADER: EMULATED_WGMMA,
 }
 
 

@@ -12,6 +12,7 @@ from kernels.variants._cuda_common import (
     CP_ASYNC_HEADER,
     MMA_HEADER,
     MMA_TILE_CONSTANTS,
+    WGMMA_HEADER,
     batch_driver,
     cluster_add,
     mma_lanes,
@@ -39,7 +40,9 @@ from kernels.variants._mma_weights_a_x_cuda import LOAD_X
 # threads together one K step ahead), ROW_WARPS (register pipeline: a warp per 8 activation rows
 # of each K group, M_ROWS being a warp's 8 rows), X_PREFETCH (x's lines that many K steps on
 # brought into L1 as each step's are loaded: load_x), LAG (bulk 3: the slot its leader refills,
-# LAG stages back), X_AHEAD (bulk without X_EARLY: x loaded two K steps ahead, not one); type T.
+# LAG stages back), X_AHEAD (bulk without X_EARLY: x loaded two K steps ahead, not one), WGMMA
+# (register pipeline, COL_WARPS 4: each K group's 4 warps a warpgroup, its mma a wgmma with x
+# staged in shared memory, ``wg_stage``, not in each lane's registers); type T.
 # Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for
 # columns n0 + g and n0 + g + 8 one 16-byte load each (4 packed words), and the same 32
 # activations of row g (and g + 8 for a second B tile). Word i of those 4 feeds two mma steps;
@@ -110,9 +113,16 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   // kernels.cuda_config.BULK_X_DEPTH sizes that ring)
   constexpr int X_DEPTH = 2;
   constexpr int XR_BYTES = X_EARLY == 3 ? X_DEPTH * K_GROUPS * ROW_WARPS * XQ * 32 * 16 : 0;
-  constexpr int SMEM_BYTES =
-      BULK ? 16 : (RING_BYTES > PARTIAL_BYTES + XS_BYTES + XR_BYTES ? RING_BYTES
-                                                                   : PARTIAL_BYTES + XS_BYTES + XR_BYTES);
+  // WGMMA: two slots a K group of one K step's activations in wgmma's B layout
+  // (WGMMA_HEADER): 8 k16 blocks (word i, then its pairs' half h) of NW rows, 2 x NW / 8 core
+  // matrices of 128 B each, after the partial sums (the last step's wgmma may still read them)
+  constexpr int NW = M_ROWS > 8 ? 16 : 8;
+  constexpr int WG_KBLOCK = NW * 32;
+  constexpr int WG_SLOT = 8 * WG_KBLOCK;
+  constexpr int WG_OFF = PARTIAL_BYTES + XS_BYTES + XR_BYTES;
+  constexpr int WG_BYTES = WGMMA ? BLOCK_GROUPS * 2 * WG_SLOT : 0;
+  constexpr int STATIC_BYTES = PARTIAL_BYTES + XS_BYTES + XR_BYTES + WG_BYTES;
+  constexpr int SMEM_BYTES = BULK ? 16 : (RING_BYTES > STATIC_BYTES ? RING_BYTES : STATIC_BYTES);
   __shared__ __align__(16) unsigned char smem[SMEM_BYTES];
   // BULK: the ring lives in dynamic shared memory (kernels.cuda sizes it: bulk_smem_bytes):
   // [mbarriers, 128 B][scales of the block's rows][biases][STAGES stages of weights].
@@ -153,16 +163,46 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
     const uint32_t s2 = sv | (sv << 16);
     return DENORM ? dflash2_denorm_scale<IS_BF16, DENORM>(s2) : s2;
   };
-""" + LOAD_X + r"""  // One K step's math: per word 2 dequantized A tiles per column tile and 2 mma per activation
-  // tile.
-  auto mma_math = [&](const uint4 (&wq)[COL_TILES][2], const uint32_t (&sc)[COL_TILES][2],
-                      const uint32_t (&bi)[COL_TILES][2], const uint4 (&xa)[M_TILES][4]) {
-    uint32_t so[COL_TILES][2];  // DENORM 2: the scale pair of the nibbles at bits 4-7
+""" + LOAD_X + r"""  // DENORM 2: the scale pairs of the nibbles at bits 4-7, a step's, from those at bits 0-3.
+  auto odd_scales = [&](const uint32_t (&sc)[COL_TILES][2], uint32_t (&so)[COL_TILES][2]) {
 #pragma unroll
     for (int c = 0; c < COL_TILES; ++c)
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         so[c][h] = DENORM == 2 ? dflash2_denorm_odd<IS_BF16>(sc[c][h]) : 0u;
+  };
+  // Word i of column tile c's two loads as its 2 x 4 dequantized pairs: a[column lo/hi][nibble
+  // pair], the A fragments of the word's two mma.
+  auto dequant = [&](const uint4 (&wq)[2], const uint32_t (&sc)[2], const uint32_t (&bi)[2],
+                     const uint32_t (&so)[2], int i, uint32_t (&a)[2][4]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint4 v = wq[h];
+      const uint32_t q = i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+      if constexpr (DENORM) {  // q as a subnormal: the LOP3 and the FMA, no subtraction
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          a[h][j] = dflash2_dequant_denorm<IS_BF16, DENORM>(
+              q, j, DENORM == 2 && (j & 1) ? so[h] : sc[h], bi[h]);
+      } else if constexpr (HI_IN_PLACE) {  // fp16: the high nibble of each byte where it lies
+        const uint32_t q8 = q >> 8;
+        a[h][0] = dflash2_dequant_pair<IS_BF16, false>(q, sc[h], bi[h]);
+        a[h][1] = dflash2_dequant_pair<IS_BF16, true>(q, sc[h], bi[h]);
+        a[h][2] = dflash2_dequant_pair<IS_BF16, false>(q8, sc[h], bi[h]);
+        a[h][3] = dflash2_dequant_pair<IS_BF16, true>(q8, sc[h], bi[h]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          a[h][j] = dflash2_dequant_pair<IS_BF16, false>(q >> (4 * j), sc[h], bi[h]);
+      }
+    }
+  };
+  // One K step's math: per word 2 dequantized A tiles per column tile and 2 mma per activation
+  // tile.
+  auto mma_math = [&](const uint4 (&wq)[COL_TILES][2], const uint32_t (&sc)[COL_TILES][2],
+                      const uint32_t (&bi)[COL_TILES][2], const uint4 (&xa)[M_TILES][4]) {
+    uint32_t so[COL_TILES][2];
+    odd_scales(sc, so);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       uint32_t bx[M_TILES][4];  // activation pairs (0,4), (1,5), (2,6), (3,7) of word i
@@ -173,27 +213,7 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
 #pragma unroll
       for (int c = 0; c < COL_TILES; ++c) {
         uint32_t a[2][4];  // [column lo/hi][nibble pair]
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint4 v = wq[c][h];
-          const uint32_t q = i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
-          if constexpr (DENORM) {  // q as a subnormal: the LOP3 and the FMA, no subtraction
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-              a[h][j] = dflash2_dequant_denorm<IS_BF16, DENORM>(
-                  q, j, DENORM == 2 && (j & 1) ? so[c][h] : sc[c][h], bi[c][h]);
-          } else if constexpr (HI_IN_PLACE) {  // fp16: the high nibble of each byte where it lies
-            const uint32_t q8 = q >> 8;
-            a[h][0] = dflash2_dequant_pair<IS_BF16, false>(q, sc[c][h], bi[c][h]);
-            a[h][1] = dflash2_dequant_pair<IS_BF16, true>(q, sc[c][h], bi[c][h]);
-            a[h][2] = dflash2_dequant_pair<IS_BF16, false>(q8, sc[c][h], bi[c][h]);
-            a[h][3] = dflash2_dequant_pair<IS_BF16, true>(q8, sc[c][h], bi[c][h]);
-          } else {
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-              a[h][j] = dflash2_dequant_pair<IS_BF16, false>(q >> (4 * j), sc[c][h], bi[c][h]);
-          }
-        }
+        dequant(wq[c], sc[c], bi[c], so[c], i, a);
 #pragma unroll
         for (int mt = 0; mt < M_TILES; ++mt) {
           dflash2_mma<IS_BF16>(acc[mt][c][0], acc[mt][c][1], acc[mt][c][2], acc[mt][c][3],
@@ -202,6 +222,36 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
                                a[0][2], a[1][2], a[0][3], a[1][3], bx[mt][2], bx[mt][3]);
         }
       }
+    }
+  };
+  // WGMMA: the same step as one warpgroup's: the same A fragments, each pair of mma one wgmma
+  // over all NW rows, B from the step's slot (wg_stage), D in ``wacc`` (acc[mt][c] after the
+  // K loop: C tile mt is D's columns 8 mt on). A word's fragments are written, fenced, then read
+  // by its wgmma; the step's wgmma are waited for before the next step's (its slot is written
+  // again two steps on, behind the barrier of the step between).
+  [[maybe_unused]] float wacc[COL_TILES][NW / 2] = {};
+  auto wg_math = [&](const uint4 (&wq)[COL_TILES][2], const uint32_t (&sc)[COL_TILES][2],
+                     const uint32_t (&bi)[COL_TILES][2], int step) {
+    if constexpr (WGMMA) {
+      const unsigned char* slot = wg_base + (step & 1) * WG_SLOT;
+      uint32_t so[COL_TILES][2];
+      odd_scales(sc, so);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        uint32_t a[COL_TILES][2][4];
+#pragma unroll
+        for (int c = 0; c < COL_TILES; ++c) dequant(wq[c], sc[c], bi[c], so[c], i, a[c]);
+        dflash2_wgmma_fence();
+#pragma unroll
+        for (int c = 0; c < COL_TILES; ++c) {
+          dflash2_wgmma<IS_BF16, NW>(wacc[c], a[c][0][0], a[c][1][0], a[c][0][1], a[c][1][1],
+                                     slot + (2 * i) * WG_KBLOCK);
+          dflash2_wgmma<IS_BF16, NW>(wacc[c], a[c][0][2], a[c][1][2], a[c][0][3], a[c][1][3],
+                                     slot + (2 * i + 1) * WG_KBLOCK);
+        }
+      }
+      dflash2_wgmma_commit();
+      dflash2_wgmma_wait<0>();
     }
   };
 
@@ -295,8 +345,9 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
       uint32_t sc[UNROLL][COL_TILES][2], bi[UNROLL][COL_TILES][2];
       uint4 xa[X_EARLY == 1 ? UNROLL : 1][M_TILES][4];
     };
-    auto batch_math = [&](const Batch& b, int u, int, const uint4 (&xa)[M_TILES][4]) {
-      mma_math(b.wq[u], b.sc[u], b.bi[u], xa);
+    auto batch_math = [&](const Batch& b, int u, int step, const uint4 (&xa)[M_TILES][4]) {
+      if constexpr (WGMMA) wg_math(b.wq[u], b.sc[u], b.bi[u], step);
+      else mma_math(b.wq[u], b.sc[u], b.bi[u], xa);
     };
     auto load = [&](Batch& b, int s0) {
 #pragma unroll
@@ -323,11 +374,20 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
       }
     };
     if constexpr (X_SHARE) xs_issue(kgroup * GROUP_STEPS);  // the first step's share
+    if constexpr (WGMMA) wg_start(kgroup * GROUP_STEPS);
     if constexpr (X_EARLY == 3) {  // the ring's first X_DEPTH - 1 steps
 #pragma unroll
       for (int d = 0; d < X_DEPTH - 1; ++d) issue_x3(kgroup * GROUP_STEPS + d);
     }
 """ + batch_driver("kgroup") + r"""    if constexpr (X_EARLY == 3) dflash2_cp_async_wait<0>();  // none left in flight at exit
+    if constexpr (WGMMA) {  // D into the C tiles (every wgmma waited for: wg_math)
+#pragma unroll
+      for (int mt = 0; mt < M_TILES; ++mt)
+#pragma unroll
+        for (int c = 0; c < COL_TILES; ++c)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) acc[mt][c][r] = wacc[c][4 * mt + r];
+    }
   }
 
   // C tile: rows are output columns (g, g + 8), columns are activation rows (2t, 2t + 1).
@@ -338,4 +398,4 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
 """ + C_TILE_SUMS + r"""  } else {
 """ + C_TILE_SUMS_SHARED + "  }\n"
 CUDA_HEADER = (_CUDA_HEADER + MMA_HEADER + NIBBLE_HEADER + CP_ASYNC_HEADER + BULK_HEADER
-               + DEQUANT_HEADER + CLUSTER_HEADER)
+               + DEQUANT_HEADER + CLUSTER_HEADER + WGMMA_HEADER)

@@ -1,7 +1,8 @@
 """Where ``mma_weights_a``'s register pipeline gets each K step's activations, a fragment of its
 CUDA kernel body: ``load_x`` from global memory (L1/L2; with X_PREFETCH its lines brought into
 L1 steps ahead), from the block's shared slot (X_SHARE), from the warp's cp.async ring
-(X_EARLY 3), or made up (ABLATE 3 and 4). Kept apart
+(X_EARLY 3), to the warpgroup's slot in wgmma's layout (WGMMA) or made up (ABLATE 3 and 4).
+Kept apart
 from ``_mma_weights_a_cuda`` (which splices it in before the math) because the ways to bring x
 are the levers the M=16 runs of 2026-12-07 turned (bench/results/h100/xcost_1037 and after);
 it uses that body's lane bases (``x_lane``, ``g``, ``t``, ``warp``, ``lane``, ``kgroup``) and
@@ -51,11 +52,59 @@ LOAD_X = r"""  // X_SHARE (one K group a block): the block's threads load a K st
     }
     dflash2_cp_async_commit();
   };
+  // WGMMA: the warpgroup's 128 threads load a K step's activations together, 16 bytes (a lane
+  // t's word i of a row: chunk 4 t + i) a thread, one step ahead, into registers ``wr``; at the
+  // step, each chunk's four activation pairs go where wgmma's B takes the k-slots that the A
+  // fragments of lane t's word i give them (pair 2 h + j of k16 block (i, h) at k = 8 j + 2 t),
+  // then a fence for the async proxy and the block's barrier. Rows M_ROWS to NW stay the zeros
+  // written at the start (wg_start).
+  constexpr int WG_CHUNKS = M_ROWS * 16;
+  constexpr int WG_PER = WGMMA ? (WG_CHUNKS + 127) / 128 : 1;
+  const int wg_thread = int(threadIdx.x) & 127;
+  [[maybe_unused]] unsigned char* wg_base = smem + WG_OFF + (warp / COL_WARPS) * 2 * WG_SLOT;
+  [[maybe_unused]] uint4 wr[WG_PER];
+  [[maybe_unused]] auto wg_issue = [&](int step) {
+#pragma unroll
+    for (int j = 0; j < WG_PER; ++j) {
+      const int c = wg_thread + j * 128;
+      if (c < WG_CHUNKS)
+        wr[j] = reinterpret_cast<const uint4*>(x + (c / 16) * K + step * 128)[c % 16];
+    }
+  };
+  [[maybe_unused]] auto wg_start = [&](int step) {
+    for (int c = wg_thread; c < 2 * WG_SLOT / 16; c += 128)
+      reinterpret_cast<uint4*>(wg_base)[c] = make_uint4(0, 0, 0, 0);
+    __syncthreads();  // the zeros before any step's activations
+    wg_issue(step);
+  };
+  [[maybe_unused]] auto wg_stage = [&](int step) {
+    unsigned char* slot = wg_base + (step & 1) * WG_SLOT;
+#pragma unroll
+    for (int j = 0; j < WG_PER; ++j) {
+      const int c = wg_thread + j * 128;
+      if (c < WG_CHUNKS) {
+        const int n = c / 16, tq = (c % 16) / 4, i = c % 4;
+        uint32_t b[4];
+        dflash2_activation_pairs(wr[j], b);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int jj = 0; jj < 2; ++jj)
+            *reinterpret_cast<uint32_t*>(slot + (2 * i + h) * WG_KBLOCK +
+                                         dflash2_wgmma_b_offset(8 * jj + 2 * tq, n)) = b[2 * h + jj];
+      }
+    }
+    dflash2_fence_proxy_async();
+    __syncthreads();
+    if (step + 1 < (kgroup + 1) * GROUP_STEPS) wg_issue(step + 1);
+  };
   // The lane's activations of one K step (row g, + 8; zeros past M): from global memory (read by
   // every warp: L1/L2 hits), with X_SHARE from the step's slot, or with X_EARLY 3 from the
   // warp's ring, the copies of X_DEPTH - 1 steps on issued first.
   auto load_x = [&](uint4 (&xa)[M_TILES][4], int step) {
-    if constexpr (X_SHARE) {
+    if constexpr (WGMMA) {  // x to the step's slot for wg_math (xa is not read)
+      wg_stage(step);
+    } else if constexpr (X_SHARE) {
       unsigned char* slot = smem + PARTIAL_BYTES + (step & 1) * XS_SLOT;
 #pragma unroll
       for (int j = 0; j < XS_PER; ++j) {

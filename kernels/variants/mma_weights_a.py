@@ -127,6 +127,20 @@ bench/results/h100/rowwarps_0907): slower alone on every point (gate/up 37.4 us 
 table tile's 31.6), since each warp dequantizes what its partner does too (warp instructions
 +74%); kept as a measurement, never chosen there.
 
+``wgmma`` = 1 (register pipeline, ``col_warps`` = 4, sm_90a) makes each K group's 4 warps one
+warpgroup and each pair of a word's mma one ``wgmma.mma_async.m64nNk16``: the same dequantized A
+fragments from registers (warp w's 16 rows of the 64), B, the activations, from shared memory,
+N = 8 rows up to M=8 and 16 above. Why: at M=16 the mma.sync tiles pay for x (each lane loads
+its rows' activations every K step, 2 KB a warp a step at M=8 and 4 KB at M=16, against 2 KB of
+weights; and a second mma and accumulator set per fragment): without x's loads the M=8 tile
+ran M=16 in 24.5 us against 24.3 at M=8 and 49.0 whole (an H100, bench/results/h100/xcost_1037).
+Here the warpgroup's 128 threads stage a K step's x once (16 bytes a thread at M=8, 32 at
+M=16, one step ahead in registers) into two slots of wgmma's B layout, and M=16 costs one
+instruction where M=8 does. The sums are those of the plain tile's mma in the same order (the
+CUDA emulator models both as one rounding of the 16 products and the accumulator, so there the
+output is the col_warps 4 tile's bit for bit); whether the tensor core adds them in the same
+order for both instructions is the device's to say (``bench/sweep_points.WGMMA``).
+
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
 
@@ -144,7 +158,7 @@ ROWS = None  # 1..16
 DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0, "stages": 0,
             "l2_prefetch": 128, "x_early": 0, "min_blocks": 0, "bulk": 0, "hi_in_place": 0,
             "denorm": 0, "ablate": 0, "col_warps": 1, "cluster": 1, "x_share": 0,
-            "row_warps": 1, "x_prefetch": 0, "lag": -1, "x_ahead": 0}
+            "row_warps": 1, "x_prefetch": 0, "lag": -1, "x_ahead": 0, "wgmma": 0}
 METAL_SOURCE = None
 HEADER = ""
 CUDA_LAYOUT = "mma_weights_a"
@@ -162,7 +176,8 @@ CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"
                                     ("ablate", (0, 1, 2, 3, 4)), ("col_warps", (1, 2, 4, 8)),
                                     ("cluster", (1, 2, 4, 8)), ("x_share", (0, 1)),
                                     ("row_warps", (1, 2)), ("x_prefetch", (0, 1, 2, 3, 4, 8)),
-                                    ("lag", (-1, 0, 1, 2, 3)), ("x_ahead", (0, 1))),
+                                    ("lag", (-1, 0, 1, 2, 3)), ("x_ahead", (0, 1)),
+                                    ("wgmma", (0, 1))),
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
 
