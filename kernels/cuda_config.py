@@ -89,6 +89,17 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                                  f"alone (stages=0, bulk=0, col_warps=1, cluster=1, x_share=0), "
                                  f"not M={m}, stages={stages}, bulk={bulk}, col_warps={col_warps}, "
                                  f"cluster={cluster}, x_share={x_share}")
+    wgmma = int(p.get("wgmma", 0))
+    if wgmma and (col_warps != 4 or stages or bulk or cluster > 1 or x_share or x_early
+                  or row_warps > 1 or int(p.get("x_prefetch", 0)) or ablate >= 3):
+        raise tiling.TilingError(f"{name}: wgmma makes each K group's 4 warps a warpgroup whose "
+                                 f"activations it stages itself, in the register pipeline "
+                                 f"(col_warps=4, stages=0, bulk=0, cluster=1, x_share=0, "
+                                 f"x_early=0, row_warps=1, x_prefetch=0, ablate<3), not "
+                                 f"col_warps={col_warps}, stages={stages}, bulk={bulk}, "
+                                 f"cluster={cluster}, x_share={x_share}, x_early={x_early}, "
+                                 f"row_warps={row_warps}, x_prefetch={p.get('x_prefetch', 0)}, "
+                                 f"ablate={ablate}")
     if n % (n_tile * col_warps):
         raise tiling.TilingError(f"{name} does not tile N={n} with n_tile={n_tile} x "
                                  f"col_warps={col_warps}: a block's columns must divide N")
@@ -126,17 +137,6 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
         raise tiling.TilingError(f"{name}: x_ahead loads x two K steps ahead in the bulk "
                                  f"pipeline's load_x path (bulk without x_early), not "
                                  f"bulk={bulk}, x_early={x_early}")
-    wgmma = int(p.get("wgmma", 0))
-    if wgmma and (col_warps != 4 or stages or bulk or cluster > 1 or x_share or x_early
-                  or row_warps > 1 or x_prefetch or ablate >= 3):
-        raise tiling.TilingError(f"{name}: wgmma makes each K group's 4 warps a warpgroup whose "
-                                 f"activations it stages itself, in the register pipeline "
-                                 f"(col_warps=4, stages=0, bulk=0, cluster=1, x_share=0, "
-                                 f"x_early=0, row_warps=1, x_prefetch=0, ablate<3), not "
-                                 f"col_warps={col_warps}, stages={stages}, bulk={bulk}, "
-                                 f"cluster={cluster}, x_share={x_share}, x_early={x_early}, "
-                                 f"row_warps={row_warps}, x_prefetch={x_prefetch}, "
-                                 f"ablate={ablate}")
     if ablate and stages and not bulk:
         raise tiling.TilingError(f"{name}: ablate takes a part out of the register pipeline "
                                  f"or the bulk pipeline, not the cp.async ring")

@@ -61,6 +61,15 @@ def compile_launch(name: str, cfg) -> PtxasReport:
     return compile_sm90(name, cfg.activation, cfg.template, cuda.kernel_header(name, cfg))
 
 
+def ptx(name: str, cfg) -> str:
+    """The PTX of one launch as MLX would build it (``compile_launch``'s source): which
+    instructions the source asks for, where no disassembler is at hand for the SASS."""
+    from kernels import cuda
+
+    return _nvcc_sm90(name, cfg.activation, cfg.template, cuda.kernel_header(name, cfg),
+                      "-ptx")[1].decode()
+
+
 def _nvcc_sm90(name: str, dtype: str, constants: dict, header: str | None,
                *flags: str) -> tuple[str, bytes]:
     """(nvcc's messages, the output file's bytes) of the translation unit for sm_90a, ``flags``

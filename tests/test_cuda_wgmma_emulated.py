@@ -1,0 +1,117 @@
+"""``wgmma``, a tile key of mma_weights_a: each K group's 4 warps a warpgroup, each pair of a
+word's mma one ``wgmma.mma_async.m64nNk16`` whose B, the activations, the warpgroup staged
+once in shared memory, run on this CPU by the CUDA emulator.
+
+Why a lever: at M=16 the mma.sync tiles pay for x, each lane loading its rows' activations
+every K step (without those loads the M=8 tile ran M=16 as fast as M=8 on an H100:
+bench/results/h100/xcost_1037), and time must stay flat from M=1 to M=16 (issue 14). The
+emulator models wgmma as each warp's 16 rows of A by the 16 x N B its descriptor names, one
+rounding as mma.sync's model, so here every tile gives the plain tile's output bit for bit;
+whether the tensor core adds the same way is the device's check (bench/sweep_points.WGMMA).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+
+from kernels import cuda_config, cuda_offline
+from kernels.cuda_emu import launch
+from kernels.tiling import TilingError
+from kernels.variants import VARIANTS
+from tests.test_cuda_bulk_emulated import _weights
+from tests.test_cuda_emulated import DTYPES, _x
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+import cuda_verify as cv
+import sweep_points as sp
+
+NAME = "mma_weights_a"
+BODY = VARIANTS[NAME].CUDA_SOURCE
+WG = {"n_tile": 16, "col_warps": 4, "wgmma": 1}
+# (K, M, tile): M = 1, 5 (rows past M: B's zero rows), 8 (N = 8), 13 and 16 (N = 16); K steps
+# a warpgroup of 8, 2 and 1 (slots reused, the last step's next load never issued); unroll,
+# prefetch and denorm 2
+TILES = [(1024, 8, {**WG, "k_groups": 1, "unroll": 2}),
+         (1024, 16, {**WG, "k_groups": 2, "unroll": 1, "prefetch": 1}),
+         (512, 5, {**WG, "k_groups": 4, "unroll": 1}),
+         (512, 1, {**WG, "k_groups": 2, "unroll": 2}),
+         (2048, 13, {**WG, "k_groups": 2, "unroll": 2, "denorm": 2})]
+
+
+@pytest.mark.parametrize("dt", DTYPES)
+def test_wgmma_gives_the_plain_tiles_output_bit_for_bit(dt):
+    """Two warpgroups' worth of columns (N = 128), so a block's column base counts too."""
+    for k, m, tile in TILES:
+        if dt == "float16" and tile.get("denorm") == 2:
+            tile = {**tile, "denorm": 1}
+        qw, x = _weights(128, k, dt), _x(m, k, dt)
+        y0 = launch.launch(NAME, x, qw, {"n_tile": 16, "k_groups": tile["k_groups"],
+                                         "unroll": 1})
+        y = launch.launch(NAME, x, qw, tile)
+        assert mx.array_equal(y, y0).item(), (k, m, tile)
+        assert not mx.array_equal(y0, mx.zeros_like(y0)).item()
+
+
+# Each mutant breaks one thing the emulator must see: a pair at the other k-slot of its block,
+# x's next step loaded as this one's (the slot holds the wrong step), B read from the other
+# slot, and the second half of a word's pairs given the first half's block.
+MUTANTS = [("dflash2_wgmma_b_offset(8 * jj + 2 * tq, n)) = b[2 * h + jj];",
+            "dflash2_wgmma_b_offset(8 * jj + 2 * tq, n)) = b[2 * h + 1 - jj];"),
+           ("if (step + 1 < (kgroup + 1) * GROUP_STEPS) wg_issue(step + 1);", ""),
+           ("const unsigned char* slot = wg_base + (step & 1) * WG_SLOT;",
+            "const unsigned char* slot = wg_base + ((step + 1) & 1) * WG_SLOT;"),
+           ("slot + (2 * i + 1) * WG_KBLOCK);", "slot + (2 * i) * WG_KBLOCK);")]
+
+
+@pytest.mark.parametrize("mutant", range(len(MUTANTS)))
+def test_a_broken_staging_or_b_is_caught(monkeypatch, mutant):
+    right, wrong = MUTANTS[mutant]
+    assert BODY.count(right) == 1, right
+    monkeypatch.setattr(VARIANTS[NAME], "CUDA_SOURCE", BODY.replace(right, wrong))
+    k, m, tile = TILES[1]
+    qw, x = _weights(64, k, "bfloat16"), _x(m, k, "bfloat16")
+    y0 = launch.launch(NAME, x, qw, {"n_tile": 16, "k_groups": tile["k_groups"], "unroll": 1})
+    y = launch.launch(NAME, x, qw, tile)
+    assert not mx.array_equal(y, y0).item()
+
+
+def test_wgmma_is_refused_off_a_warpgroup_of_the_register_pipeline():
+    base = {**VARIANTS[NAME].DEFAULTS, **WG, "k_groups": 2, "unroll": 1}
+    ours = "wgmma makes each K group's 4 warps a warpgroup"
+    for other, match in (({"col_warps": 2}, ours), ({"x_early": 1}, ours), ({"ablate": 3}, ours),
+                         ({"x_prefetch": 2}, ours), ({"cluster": 2}, ours),
+                         ({"stages": 2}, "col_warps and cluster take the register pipeline"),
+                         ({"bulk": 3, "stages": 2}, "col_warps and cluster take")):
+        with pytest.raises(TilingError, match=match):
+            cuda_config.launch_config(NAME, 8, 5120, 17408, 64, "bfloat16", {**base, **other})
+    cfg = cuda_config.launch_config(NAME, 16, 5120, 17408, 64, "bfloat16", base)
+    assert (cfg.threads, cfg.grid // cfg.threads, cfg.template["WGMMA"]) == (256, 272, True)
+
+
+@pytest.mark.skipif(cuda_offline.nvcc() is None, reason="needs nvcc")
+def test_the_wgmma_set_compiles_to_warpgroup_mma_for_sm90a_and_fits_its_blocks():
+    """nvcc for sm_90a as MLX builds each launch, at M=8 and 16: every wgmma tile of the set
+    issues wgmma (8 a K step of each batch's code, no mma.sync), N = 8 rows at M=8 and 16 at M=16, without a spill,
+    and a block's registers fit an SM."""
+    ran = 0
+    for shape, pts in sp.SETS["wgmma"].items():
+        k, n = cv.SHAPES[shape]
+        for pt in pts:
+            p = sp.as_params(pt)
+            if not p.get("wgmma"):
+                continue
+            for m, nw in ((8, 8), (16, 16)):
+                cfg = cuda_config.launch_config(NAME, m, k, n, 64, "bfloat16",
+                                                {**VARIANTS[NAME].DEFAULTS, **p})
+                ptx = cuda_offline.ptx(NAME, cfg)
+                batches = 2 if cfg.template["PREFETCH"] else 1  # a and b take turns
+                assert ptx.count("wgmma.mma_async") == 8 * cfg.template["UNROLL"] * batches
+                assert f"m64n{nw}k16" in ptx and "mma.sync" not in ptx, (shape, p, m)
+                report = cuda_offline.compile_launch(NAME, cfg)
+                assert report.spill_bytes == 0 and report.registers * cfg.threads <= 65536
+                ran += 1
+    assert ran == 2 * 11, ran
