@@ -283,6 +283,15 @@ WGMMA = {"gate_up": [((16, 1, 2, 0, 0), WG), ((16, 1, 4, 0, 0), WG), ((16, 2, 2,
                      (_BULK_GU, DENORM_2), (32, 4, 1, 0, 0, 128, 1)],
          "down": [((16, 2, 2, 0, 0), WG), ((16, 4, 2, 0, 0), WG), ((16, 4, 1, 1, 0), WG),
                   ((16, 8, 1, 1, 0), {**GSUMS, **LATE}), (32, 8, 2, 0, 0, 128, 1)]}
+# Timed on an H100 at 17:49 UTC (bench/results/h100/wgmma_1749): bit for bit against the
+# register twins at M=8 and 16 (and fp16 at 16), and slow: gate/up's best, 16 x 1 u2 prefetch,
+# 36.7-38.2 us at M=8 (the table's bulk tile 22.9-23.5); 16 x 1 u1 prefetch the flattest, 38.7 /
+# 40.1 / 42.5 us at M = 1 / 8 / 16. 8 warps an SM (272 blocks of 4), 12.8% warps active: too
+# few bytes in flight. The cp.async ring gives each warp stages - 1 K steps in flight without
+# registers (nvcc: 80 at M=8, 92 at M=16 with 4 stages; 5-6 blocks an SM fit).
+WGMMA_RING = {shape: [((16, 1, 1, 0, 4), WG), ((16, 1, 1, 0, 6), WG), ((16, 2, 1, 0, 2), WG),
+                      ((16, 1, 1, 1, 0), WG), *WGMMA[shape][-2:]]
+              for shape in ("gate_up", "down")}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}
@@ -394,7 +403,7 @@ SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm":
         "xshare": XSHARE_TILES_2026_12_07, "xshare-m16": XSHARE_M16_TILES_2026_12_07,
         "xshare-u2-m16": XSHARE_U2_M16_TILES_2026_12_07, "xring-m16": XRING_M16,
         "x-prefetch": XPREFETCH, "bulk-lag": BULK_LAG, "bulk-f16": BULK_F16, "x-ahead": X_AHEAD,
-        "wgmma": WGMMA,
+        "wgmma": WGMMA, "wgmma-ring": WGMMA_RING,
         "rowwarps-m16": ROWWARPS_M16_TILES_2026_12_07,
         "2026-12-05-bulk": BULK_TILES_2026_12_05, "2026-12-05-bulk3": BULK3_TILES_2026_12_05,
         "2026-12-05-bulk3-xring": BULK3_XRING_TILES_2026_12_05,

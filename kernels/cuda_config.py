@@ -71,9 +71,11 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     hi_in_place, ablate = int(p.get("hi_in_place", 0)), int(p.get("ablate", 0))
     denorm = int(p.get("denorm", 0))
     col_warps, cluster = int(p.get("col_warps", 1)), int(p.get("cluster", 1))
-    if (col_warps > 1 or cluster > 1) and (stages or bulk):
+    wgmma = int(p.get("wgmma", 0))
+    if (col_warps > 1 or cluster > 1) and (bulk or (stages and not wgmma)):
         raise tiling.TilingError(f"{name}: col_warps and cluster take the register pipeline "
-                                 f"(stages=0, bulk=0), not stages={stages}, bulk={bulk}")
+                                 f"(stages=0, bulk=0; wgmma also the cp.async ring), not "
+                                 f"stages={stages}, bulk={bulk}")
     _check_cluster(name, cluster, k_groups)
     x_share = int(p.get("x_share", 0))
     if x_share and (cluster != k_groups or stages or bulk or x_early):
@@ -89,14 +91,13 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                                  f"alone (stages=0, bulk=0, col_warps=1, cluster=1, x_share=0), "
                                  f"not M={m}, stages={stages}, bulk={bulk}, col_warps={col_warps}, "
                                  f"cluster={cluster}, x_share={x_share}")
-    wgmma = int(p.get("wgmma", 0))
-    if wgmma and (col_warps != 4 or stages or bulk or cluster > 1 or x_share or x_early
+    if wgmma and (col_warps != 4 or bulk or cluster > 1 or x_share or x_early
                   or row_warps > 1 or int(p.get("x_prefetch", 0)) or ablate >= 3):
         raise tiling.TilingError(f"{name}: wgmma makes each K group's 4 warps a warpgroup whose "
                                  f"activations it stages itself, in the register pipeline "
-                                 f"(col_warps=4, stages=0, bulk=0, cluster=1, x_share=0, "
+                                 f"or the cp.async ring (col_warps=4, bulk=0, cluster=1, x_share=0, "
                                  f"x_early=0, row_warps=1, x_prefetch=0, ablate<3), not "
-                                 f"col_warps={col_warps}, stages={stages}, bulk={bulk}, "
+                                 f"col_warps={col_warps}, bulk={bulk}, "
                                  f"cluster={cluster}, x_share={x_share}, x_early={x_early}, "
                                  f"row_warps={row_warps}, x_prefetch={p.get('x_prefetch', 0)}, "
                                  f"ablate={ablate}")
@@ -161,7 +162,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     if bulk:
         return _bulk_config(name, m, k, n, group_size, dtype, template, min_blocks)
     v = VARIANTS[name]
-    ring = k_groups * stages * 32 * ((n_tile // 16) * v.RING_LANE_BYTES
+    ring = k_groups * (4 if wgmma else 1) * stages * 32 * ((n_tile // 16) * v.RING_LANE_BYTES
                                      + x_early * -(-m // 8) * v.RING_LANE_X_BYTES)
     if ring > tiling.MEMORY["cuda"][0]:
         raise tiling.TilingError(
@@ -198,6 +199,10 @@ def _shared_x_config(name: str, m: int, n: int, n_tile: int, k_groups: int, dtyp
         raise tiling.TilingError(f"{where}: {threads} threads a block exceed "
                                  f"{tiling.MAX_THREADS['cuda']}")
     smem = (k_groups // cluster) * 8 * -(-m // 8) * n_tile * col_warps * 4  # partial sums
+    if template["WGMMA"]:  # the ring's stages (reused by the sums), then x's slots
+        ring = k_groups * col_warps * template["STAGES"] * 32 * (n_tile // 16) * (
+            VARIANTS[name].RING_LANE_BYTES)
+        smem = max(smem, ring)
     smem += 2 * m * 272 if template["X_SHARE"] else 0  # two slots of a K step's x (XS_PITCH)
     # wgmma: two slots a K group of a K step's x, 8 k16 blocks of 8 or 16 rows (NW x 32 B)
     smem += (k_groups // cluster) * 2 * 8 * (16 if m > 8 else 8) * 32 if template["WGMMA"] else 0

@@ -93,8 +93,10 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   // sums, in one buffer.
   constexpr int RING_STAGES = STAGES > 0 ? STAGES : 1;  // slot arithmetic (no % 0 when off)
   constexpr int XQ = X_EARLY ? 4 * M_TILES : 0;         // 16-byte activation chunks a step
-  constexpr int RING_W = STAGES * K_GROUPS * CT2 * 32;  // 16-byte weight chunks
-  constexpr int RING_X = STAGES * K_GROUPS * XQ * 32;   // 16-byte activation chunks
+  // a ring a warp: K_GROUPS warps, or with WGMMA the block's warpgroups' (one K group each)
+  constexpr int RING_WARPS = WGMMA ? 4 * K_GROUPS : K_GROUPS;
+  constexpr int RING_W = STAGES * RING_WARPS * CT2 * 32;  // 16-byte weight chunks
+  constexpr int RING_X = STAGES * RING_WARPS * XQ * 32;   // 16-byte activation chunks
   constexpr int RING_S = RING_W;                        // 4-byte scale (and bias) words
   constexpr int RING_BYTES = (RING_W + RING_X) * 16 + 2 * RING_S * 4;
   constexpr int BLOCK_GROUPS = K_GROUPS / CLUSTER;  // a block's K groups (a warp row each)
@@ -119,9 +121,10 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   constexpr int NW = M_ROWS > 8 ? 16 : 8;
   constexpr int WG_KBLOCK = NW * 32;
   constexpr int WG_SLOT = 8 * WG_KBLOCK;
-  constexpr int WG_OFF = PARTIAL_BYTES + XS_BYTES + XR_BYTES;
+  // (and, with a cp.async ring, after the ring's stages, which the K loop is still filling)
+  constexpr int WG_OFF = STAGES > 0 && RING_BYTES > PARTIAL_BYTES ? RING_BYTES : PARTIAL_BYTES;
   constexpr int WG_BYTES = WGMMA ? BLOCK_GROUPS * 2 * WG_SLOT : 0;
-  constexpr int STATIC_BYTES = PARTIAL_BYTES + XS_BYTES + XR_BYTES + WG_BYTES;
+  constexpr int STATIC_BYTES = WGMMA ? WG_OFF + WG_BYTES : PARTIAL_BYTES + XS_BYTES + XR_BYTES;
   constexpr int SMEM_BYTES = BULK ? 16 : (RING_BYTES > STATIC_BYTES ? RING_BYTES : STATIC_BYTES);
   __shared__ __align__(16) unsigned char smem[SMEM_BYTES];
   // BULK: the ring lives in dynamic shared memory (kernels.cuda sizes it: bulk_smem_bytes):
@@ -268,7 +271,7 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
     auto issue = [&](int s) {
       if (s < GROUP_STEPS) {
         const int slot = (s % RING_STAGES) * CT2 * 32 + lane;
-        const int step = warp * GROUP_STEPS + s;
+        const int step = kgroup * GROUP_STEPS + s;
         const int word = step * 16 + 4 * t;
         const int grp = (step * 128 + 32 * t) / GS;
 #pragma unroll
@@ -298,13 +301,14 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
       }
       dflash2_cp_async_commit();  // empty groups past the end keep the count uniform
     };
+    if constexpr (WGMMA) wg_start(kgroup * GROUP_STEPS);
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) issue(s);
 #pragma unroll 1
     for (int s = 0; s < GROUP_STEPS; ++s) {
       dflash2_cp_async_wait<(STAGES > 1 ? STAGES - 2 : 0)>();  // step s has landed
       const int slot = (s % RING_STAGES) * CT2 * 32 + lane;
-      const int step = warp * GROUP_STEPS + s;
+      const int step = kgroup * GROUP_STEPS + s;
       const int grp = (step * 128 + 32 * t) / GS;
       uint4 wq[COL_TILES][2];
       uint32_t sc[COL_TILES][2], bi[COL_TILES][2];
@@ -332,8 +336,9 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
                                             : make_uint4(0, 0, 0, 0);
       }
       issue(s + STAGES - 1);  // into the slot step s - 1 used: already read back
-      if constexpr (!X_EARLY) load_x(xa, step);
-      mma_math(wq, sc, bi, xa);
+      if constexpr (!X_EARLY) load_x(xa, step);  // WGMMA: x staged for the warpgroup
+      if constexpr (WGMMA) wg_math(wq, sc, bi, step);
+      else mma_math(wq, sc, bi, xa);
     }
     dflash2_cp_async_wait<0>();
     __syncthreads();  // the partial sums below reuse the ring's memory
@@ -380,16 +385,16 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
       for (int d = 0; d < X_DEPTH - 1; ++d) issue_x3(kgroup * GROUP_STEPS + d);
     }
 """ + batch_driver("kgroup") + r"""    if constexpr (X_EARLY == 3) dflash2_cp_async_wait<0>();  // none left in flight at exit
-    if constexpr (WGMMA) {  // D into the C tiles (every wgmma waited for: wg_math)
-#pragma unroll
-      for (int mt = 0; mt < M_TILES; ++mt)
-#pragma unroll
-        for (int c = 0; c < COL_TILES; ++c)
-#pragma unroll
-          for (int r = 0; r < 4; ++r) acc[mt][c][r] = wacc[c][4 * mt + r];
-    }
   }
 
+  if constexpr (WGMMA) {  // D into the C tiles (every wgmma waited for: wg_math)
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; ++mt)
+#pragma unroll
+      for (int c = 0; c < COL_TILES; ++c)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) acc[mt][c][r] = wacc[c][4 * mt + r];
+  }
   // C tile: rows are output columns (g, g + 8), columns are activation rows (2t, 2t + 1).
   if constexpr (ROW_WARPS > 1) {
 """ + C_TILE_SUMS_ROWS + r"""  } else if constexpr (COL_WARPS == 1 && CLUSTER == 1) {
