@@ -34,12 +34,16 @@ BODY = VARIANTS[NAME].CUDA_SOURCE
 WG = {"n_tile": 16, "col_warps": 4, "wgmma": 1}
 # (K, M, tile): M = 1, 5 (rows past M: B's zero rows), 8 (N = 8), 13 and 16 (N = 16); K steps
 # a warpgroup of 8, 2 and 1 (slots reused, the last step's next load never issued); unroll,
-# prefetch and denorm 2
+# prefetch, denorm 2 and the cp.async ring
 TILES = [(1024, 8, {**WG, "k_groups": 1, "unroll": 2}),
          (1024, 16, {**WG, "k_groups": 2, "unroll": 1, "prefetch": 1}),
          (512, 5, {**WG, "k_groups": 4, "unroll": 1}),
          (512, 1, {**WG, "k_groups": 2, "unroll": 2}),
-         (2048, 13, {**WG, "k_groups": 2, "unroll": 2, "denorm": 2})]
+         (2048, 13, {**WG, "k_groups": 2, "unroll": 2, "denorm": 2}),
+         # the cp.async ring: 4 and 6 stages over 8 and 16 K steps, 2 over 4 a warpgroup
+         (1024, 8, {**WG, "k_groups": 1, "unroll": 1, "stages": 4}),
+         (2048, 16, {**WG, "k_groups": 1, "unroll": 1, "stages": 6}),
+         (1024, 13, {**WG, "k_groups": 2, "unroll": 1, "stages": 2})]
 
 
 @pytest.mark.parametrize("dt", DTYPES)
@@ -79,13 +83,13 @@ def test_a_broken_staging_or_b_is_caught(monkeypatch, mutant):
     assert not mx.array_equal(y, y0).item()
 
 
-def test_wgmma_is_refused_off_a_warpgroup_of_the_register_pipeline():
+def test_wgmma_is_refused_off_a_warpgroup_of_the_register_pipeline_or_ring():
     base = {**VARIANTS[NAME].DEFAULTS, **WG, "k_groups": 2, "unroll": 1}
     ours = "wgmma makes each K group's 4 warps a warpgroup"
     for other, match in (({"col_warps": 2}, ours), ({"x_early": 1}, ours), ({"ablate": 3}, ours),
                          ({"x_prefetch": 2}, ours), ({"cluster": 2}, ours),
-                         ({"stages": 2}, "col_warps and cluster take the register pipeline"),
-                         ({"bulk": 3, "stages": 2}, "col_warps and cluster take")):
+                         ({"bulk": 3, "stages": 2}, "col_warps and cluster take"),
+                         ({"stages": 2, "wgmma": 0}, "col_warps and cluster take")):
         with pytest.raises(TilingError, match=match):
             cuda_config.launch_config(NAME, 8, 5120, 17408, 64, "bfloat16", {**base, **other})
     cfg = cuda_config.launch_config(NAME, 16, 5120, 17408, 64, "bfloat16", base)
@@ -93,25 +97,28 @@ def test_wgmma_is_refused_off_a_warpgroup_of_the_register_pipeline():
 
 
 @pytest.mark.skipif(cuda_offline.nvcc() is None, reason="needs nvcc")
-def test_the_wgmma_set_compiles_to_warpgroup_mma_for_sm90a_and_fits_its_blocks():
-    """nvcc for sm_90a as MLX builds each launch, at M=8 and 16: every wgmma tile of the set
-    issues wgmma (8 a K step of each batch's code, no mma.sync), N = 8 rows at M=8 and 16 at M=16, without a spill,
-    and a block's registers fit an SM."""
-    ran = 0
-    for shape, pts in sp.SETS["wgmma"].items():
-        k, n = cv.SHAPES[shape]
+def test_the_wgmma_sets_compile_to_warpgroup_mma_for_sm90a_and_fit_their_blocks():
+    """nvcc for sm_90a as MLX builds each launch: every wgmma tile of the sets issues wgmma (8
+    a K step of each batch's code, no mma.sync), N = 8 rows at M=8 and 16 at M=16, and at
+    M=16 (the most registers) compiles without a spill, a block's registers fitting an SM."""
+    tiles = {}
+    for shape, pts in (*sp.SETS["wgmma"].items(), *sp.SETS["wgmma-ring"].items()):
         for pt in pts:
             p = sp.as_params(pt)
-            if not p.get("wgmma"):
-                continue
-            for m, nw in ((8, 8), (16, 16)):
-                cfg = cuda_config.launch_config(NAME, m, k, n, 64, "bfloat16",
-                                                {**VARIANTS[NAME].DEFAULTS, **p})
-                ptx = cuda_offline.ptx(NAME, cfg)
-                batches = 2 if cfg.template["PREFETCH"] else 1  # a and b take turns
-                assert ptx.count("wgmma.mma_async") == 8 * cfg.template["UNROLL"] * batches
-                assert f"m64n{nw}k16" in ptx and "mma.sync" not in ptx, (shape, p, m)
-                report = cuda_offline.compile_launch(NAME, cfg)
-                assert report.spill_bytes == 0 and report.registers * cfg.threads <= 65536
-                ran += 1
-    assert ran == 2 * 11, ran
+            if p.get("wgmma"):
+                tiles[(shape, tuple(sorted(p.items())))] = p
+    for (shape, _), p in tiles.items():
+        k, n = cv.SHAPES[shape]
+        # the PTX on gate/up's (the same text at down's K and N); the registers on both
+        for m, nw in ((8, 8), (16, 16)) if shape == "gate_up" else ((16, 16),):
+            cfg = cuda_config.launch_config(NAME, m, k, n, 64, "bfloat16",
+                                            {**VARIANTS[NAME].DEFAULTS, **p})
+            ptx = cuda_offline.ptx(NAME, cfg)
+            # a and b take turns (prefetch); the ring's loop is one step
+            batches = 2 if cfg.template["PREFETCH"] else 1
+            steps = 1 if cfg.template["STAGES"] else cfg.template["UNROLL"] * batches
+            assert ptx.count("wgmma.mma_async") == 8 * steps, (shape, p)
+            assert f"m64n{nw}k16" in ptx and "mma.sync" not in ptx, (shape, p, m)
+        report = cuda_offline.compile_launch(NAME, cfg)
+        assert report.spill_bytes == 0 and report.registers * cfg.threads <= 65536, (p, report)
+    assert len(tiles) == 18, sorted(tiles)
