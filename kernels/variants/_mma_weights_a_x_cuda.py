@@ -61,7 +61,9 @@ LOAD_X = r"""  // X_SHARE (one K group a block): the block's threads load a K st
   constexpr int WG_CHUNKS = M_ROWS * 16;
   constexpr int WG_PER = WGMMA ? (WG_CHUNKS + 127) / 128 : 1;
   const int wg_thread = int(threadIdx.x) & 127;
-  [[maybe_unused]] unsigned char* wg_base = smem + WG_OFF + (warp / COL_WARPS) * 2 * WG_SLOT;
+  // (Off, smem's start: past a 16-byte BULK buffer the pointer would be undefined.)
+  [[maybe_unused]] unsigned char* wg_base =
+      smem + (WGMMA ? WG_OFF + (warp / COL_WARPS) * 2 * WG_SLOT : 0);
   [[maybe_unused]] uint4 wr[WG_PER];
   [[maybe_unused]] auto wg_issue = [&](int step) {
 #pragma unroll
