@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The wgmma tiles on the cp.async ring (p1, p2 staged by the two calls before it; any sm_90
-# card): ready; the wgmma-ring set checked bit for bit against its register twins at M=16 (the cold sweep's --check-only, called directly: h200.sh's coldsweep would smoke-test
-# the ring first); then each shape timed alone, cold, by ncu at M = 8 and 16 beside the
+# card): ready; the wgmma-ring set checked bit for bit against its register twins at M=16 (the
+# cold sweep's --check-only, called directly: h200.sh's coldsweep would smoke-test the ring
+# first); then each shape timed alone, cold, by ncu at M = 8 and 16 beside the
 # table's tiles, bf16. Outputs packed in one tarball ($OUT/call3.tgz).
 set -u
 bash scripts/h200.sh ready || exit 1
