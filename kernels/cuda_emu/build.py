@@ -14,6 +14,7 @@ from kernels.metal_emu import glue, toolchain
 from kernels.variants import VARIANTS
 from kernels.variants import _cuda_common as common
 from kernels.variants import _dequant_cuda as dequant
+from kernels.variants import _wgmma_cuda as wgmma
 
 SHIM = Path(__file__).resolve().parent / "shim"
 C_TYPES = {"bfloat16": "__nv_bfloat16", "float16": "__half"}
@@ -78,7 +79,7 @@ __device__ __forceinline__ void dflash2_mma(float& c0, float& c1, float& c2, flo
 # emulator runs it at once, so it does not model its asynchrony (a wait too early, or B written
 # before the wait): the device's check against the mma.sync twin does. The fences and the
 # group's commit and wait change no value here.
-EMULATED_WGMMA = common.WGMMA_HEADER[:common.WGMMA_HEADER.index("template <bool BF16, int NW>")] + r"""
+EMULATED_WGMMA = wgmma.WGMMA_HEADER[:wgmma.WGMMA_HEADER.index("template <bool BF16, int NW>")] + r"""
 template <int NW> struct __emu_wgmma_frag { uint32_t a[4]; float d[NW / 2]; const unsigned char* b; };
 template <bool BF16, int NW>
 void __emu_wgmma_combine(const void* in_all, void* out_all, const unsigned*, unsigned active,
@@ -209,7 +210,7 @@ EMULATED = {
     common.CP_ASYNC_HEADER: EMULATED_CP_ASYNC,
     common.BULK_HEADER: EMULATED_BULK,
     common.CLUSTER_HEADER: EMULATED_CLUSTER,
-    common.WGMMA_HEADER: EMULATED_WGMMA,
+    wgmma.WGMMA_HEADER: EMULATED_WGMMA,
 }
 
 

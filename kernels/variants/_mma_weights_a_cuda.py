@@ -12,7 +12,6 @@ from kernels.variants._cuda_common import (
     CP_ASYNC_HEADER,
     MMA_HEADER,
     MMA_TILE_CONSTANTS,
-    WGMMA_HEADER,
     batch_driver,
     cluster_add,
     mma_lanes,
@@ -22,6 +21,7 @@ from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 from kernels.variants._dequant_cuda import DEQUANT_HEADER, NIBBLE_HEADER
 from kernels.variants._mma_weights_a_bulk_cuda import BULK_PIPELINE
 from kernels.variants._mma_weights_a_x_cuda import LOAD_X
+from kernels.variants._wgmma_cuda import WGMMA_HEADER
 
 # Constants: M_ROWS (<= 16), COL_TILES (16-column tiles a warp owns: n_tile / 16), K_GROUPS,
 # UNROLL (K steps of 128 whose loads go out together), PREFETCH, STAGES (0: the register
