@@ -96,29 +96,44 @@ def test_wgmma_is_refused_off_a_warpgroup_of_the_register_pipeline_or_ring():
     assert (cfg.threads, cfg.grid // cfg.threads, cfg.template["WGMMA"]) == (256, 272, True)
 
 
-@pytest.mark.skipif(cuda_offline.nvcc() is None, reason="needs nvcc")
-def test_the_wgmma_sets_compile_to_warpgroup_mma_for_sm90a_and_fit_their_blocks():
-    """nvcc for sm_90a as MLX builds each launch: every wgmma tile of the sets issues wgmma (8
-    a K step of each batch's code, no mma.sync), N = 8 rows at M=8 and 16 at M=16, and at
-    M=16 (the most registers) compiles without a spill, a block's registers fitting an SM."""
-    tiles = {}
+# One tile of each kind the sets hold: all of K in a warpgroup with prefetch, 4 K groups (512
+# threads), the ring with all of K and with 2 K groups (the rest differ from these in constants)
+COMPILED = [((16, 1, 1, 1, 0), sp.WG), ((16, 4, 1, 0, 0), sp.WG), ((16, 1, 1, 0, 6), sp.WG),
+            ((16, 2, 1, 0, 2), sp.WG)]
+
+
+def test_every_wgmma_tile_of_the_sets_has_a_launch():
+    ran = 0
     for shape, pts in (*sp.SETS["wgmma"].items(), *sp.SETS["wgmma-ring"].items()):
+        k, n = cv.SHAPES[shape]
         for pt in pts:
             p = sp.as_params(pt)
             if p.get("wgmma"):
-                tiles[(shape, tuple(sorted(p.items())))] = p
-    for (shape, _), p in tiles.items():
-        k, n = cv.SHAPES[shape]
-        # the PTX on gate/up's (the same text at down's K and N); the registers on both
-        for m, nw in ((8, 8), (16, 16)) if shape == "gate_up" else ((16, 16),):
-            cfg = cuda_config.launch_config(NAME, m, k, n, 64, "bfloat16",
-                                            {**VARIANTS[NAME].DEFAULTS, **p})
-            ptx = cuda_offline.ptx(NAME, cfg)
-            # a and b take turns (prefetch); the ring's loop is one step
-            batches = 2 if cfg.template["PREFETCH"] else 1
-            steps = 1 if cfg.template["STAGES"] else cfg.template["UNROLL"] * batches
-            assert ptx.count("wgmma.mma_async") == 8 * steps, (shape, p)
-            assert f"m64n{nw}k16" in ptx and "mma.sync" not in ptx, (shape, p, m)
-        report = cuda_offline.compile_launch(NAME, cfg)
-        assert report.spill_bytes == 0 and report.registers * cfg.threads <= 65536, (p, report)
-    assert len(tiles) == 18, sorted(tiles)
+                for m in (1, 8, 16):
+                    cfg = cuda_config.launch_config(NAME, m, k, n, 64, "bfloat16",
+                                                    {**VARIANTS[NAME].DEFAULTS, **p})
+                    assert cfg.template["WGMMA"] and cfg.threads % 128 == 0
+                ran += 1
+    assert ran == 19, ran
+    assert all(pt in sp.WGMMA["gate_up"] + sp.WGMMA_RING["gate_up"] for pt in COMPILED)
+
+
+@pytest.mark.skipif(cuda_offline.nvcc() is None, reason="needs nvcc")
+@pytest.mark.parametrize("pt", COMPILED, ids=str)
+def test_a_wgmma_tile_compiles_to_warpgroup_mma_for_sm90a_and_fits_its_block(pt):
+    """nvcc for sm_90a as MLX builds each launch (gate/up): the tile issues wgmma (8 a K step
+    of each batch's code, no mma.sync), N = 8 rows at M=8 and 16 at M=16, and at M=16 (the
+    most registers) compiles without a spill, a block's registers fitting an SM."""
+    p = sp.as_params(pt)
+    k, n = cv.SHAPES["gate_up"]
+    for m, nw in ((8, 8), (16, 16)):
+        cfg = cuda_config.launch_config(NAME, m, k, n, 64, "bfloat16",
+                                        {**VARIANTS[NAME].DEFAULTS, **p})
+        ptx = cuda_offline.ptx(NAME, cfg)
+        # a and b take turns (prefetch); the ring's loop is one step
+        batches = 2 if cfg.template["PREFETCH"] else 1
+        steps = 1 if cfg.template["STAGES"] else cfg.template["UNROLL"] * batches
+        assert ptx.count("wgmma.mma_async") == 8 * steps, p
+        assert f"m64n{nw}k16" in ptx and "mma.sync" not in ptx, (p, m)
+    report = cuda_offline.compile_launch(NAME, cfg)
+    assert report.spill_bytes == 0 and report.registers * cfg.threads <= 65536, (p, report)
