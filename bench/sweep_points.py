@@ -288,7 +288,7 @@ WGMMA = {"gate_up": [((16, 1, 2, 0, 0), WG), ((16, 1, 4, 0, 0), WG), ((16, 2, 2,
 # 36.7-38.2 us at M=8 (the table's bulk tile 22.9-23.5); 16 x 1 u1 prefetch the flattest, 38.7 /
 # 40.1 / 42.5 us at M = 1 / 8 / 16. 8 warps an SM (272 blocks of 4), 12.8% warps active: too
 # few bytes in flight. The cp.async ring gives each warp stages - 1 K steps in flight without
-# registers (nvcc: 80 at M=8, 92 at M=16 with 4 stages; 5-6 blocks an SM fit).
+# registers (nvcc: 80 at M=8, 89 at M=16 with 4 stages; 5-6 blocks an SM fit).
 # With 2 K groups a block, min_blocks 3 holds 3 blocks an SM (nvcc: 63 and 71 registers at M=8
 # and 16, no spill), so gate/up's 272 blocks run in one wave, not 1.03.
 WGMMA_RING = {shape: [((16, 1, 1, 0, 4), WG), ((16, 1, 1, 0, 6), WG), ((16, 2, 1, 0, 2), WG),

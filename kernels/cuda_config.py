@@ -176,7 +176,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                 f"{name} does not tile M={m} with {p}: its partial sums and x ring ({smem} B) "
                 f"exceed the 48 KiB of static shared memory")
     if col_warps > 1 or cluster > 1 or x_share:
-        return _shared_x_config(name, m, n, n_tile, k_groups, dtype, template, min_blocks)
+        return _shared_x_config(name, m, n, n_tile, k_groups, dtype, template, min_blocks, ring)
     threads = 32 * k_groups * row_warps  # row_warps: a warp per 8 rows of each K group
     if threads > tiling.MAX_THREADS["cuda"]:
         raise tiling.TilingError(f"{name} with k_groups={k_groups}, row_warps={row_warps}: "
@@ -185,7 +185,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
 
 
 def _shared_x_config(name: str, m: int, n: int, n_tile: int, k_groups: int, dtype: str,
-                     template: dict, min_blocks: int) -> LaunchConfig:
+                     template: dict, min_blocks: int, ring: int = 0) -> LaunchConfig:
     """``col_warps`` W and ``cluster`` S: a block of W x (k_groups / S) warps, W column tiles
     side by side over the same K groups (so its warps read the same activations, one L2 read
     for W tiles' use), and S blocks of a cluster taking a column tile's K groups in rank order.
@@ -199,10 +199,7 @@ def _shared_x_config(name: str, m: int, n: int, n_tile: int, k_groups: int, dtyp
         raise tiling.TilingError(f"{where}: {threads} threads a block exceed "
                                  f"{tiling.MAX_THREADS['cuda']}")
     smem = (k_groups // cluster) * 8 * -(-m // 8) * n_tile * col_warps * 4  # partial sums
-    if template["WGMMA"]:  # the ring's stages (reused by the sums), then x's slots
-        ring = k_groups * col_warps * template["STAGES"] * 32 * (n_tile // 16) * (
-            VARIANTS[name].RING_LANE_BYTES)
-        smem = max(smem, ring)
+    smem = max(smem, ring)  # wgmma's cp.async ring (``ring`` bytes), reused by the sums
     smem += 2 * m * 272 if template["X_SHARE"] else 0  # two slots of a K step's x (XS_PITCH)
     # wgmma: two slots a K group of a K step's x, 8 k16 blocks of 8 or 16 rows (NW x 32 B)
     smem += (k_groups // cluster) * 2 * 8 * (16 if m > 8 else 8) * 32 if template["WGMMA"] else 0

@@ -2,11 +2,10 @@
 CUDA kernel body: ``load_x`` from global memory (L1/L2; with X_PREFETCH its lines brought into
 L1 steps ahead), from the block's shared slot (X_SHARE), from the warp's cp.async ring
 (X_EARLY 3), to the warpgroup's slot in wgmma's layout (WGMMA) or made up (ABLATE 3 and 4).
-Kept apart
-from ``_mma_weights_a_cuda`` (which splices it in before the math) because the ways to bring x
-are the levers the M=16 runs of 2026-12-07 turned (bench/results/h100/xcost_1037 and after);
-it uses that body's lane bases (``x_lane``, ``g``, ``t``, ``warp``, ``lane``, ``kgroup``) and
-its shared memory layout.
+Kept apart from ``_mma_weights_a_cuda`` (which splices it in before the math) because the ways
+to bring x are the levers the M=16 runs of 2026-12-07 turned (bench/results/h100/xcost_1037 and
+after); it uses that body's lane bases (``x_lane``, ``g``, ``t``, ``warp``, ``lane``,
+``kgroup``) and its shared memory layout.
 """
 
 # ABLATE 3 and 4: the activation words a load would bring, made up from the step and the lane's
