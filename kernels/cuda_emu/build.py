@@ -34,6 +34,18 @@ inline double __emu_half(uint32_t word, int hi) {
   if constexpr (BF16) return __builtin_bit_cast(float, static_cast<uint32_t>(h) << 16);
   else return static_cast<float>(__builtin_bit_cast(_Float16, h));
 }
+// Lane l's A fragment (a0-a3, the layout above) into the 16 x 16 A tile: mma.sync's, and each
+// warp's share of a wgmma's (EMULATED_WGMMA).
+template <bool BF16>
+inline void __emu_a_fragment(const uint32_t (&f)[4], int l, double (&a)[16][16]) {
+  const int g = l >> 2, t = l & 3;
+  for (int h = 0; h < 2; ++h) {
+    a[g][2 * t + h] = __emu_half<BF16>(f[0], h);
+    a[g + 8][2 * t + h] = __emu_half<BF16>(f[1], h);
+    a[g][2 * t + 8 + h] = __emu_half<BF16>(f[2], h);
+    a[g + 8][2 * t + 8 + h] = __emu_half<BF16>(f[3], h);
+  }
+}
 template <bool BF16>
 void __emu_mma_combine(const void* in_all, void* out_all, const unsigned*, unsigned active,
                        unsigned long) {
@@ -42,11 +54,8 @@ void __emu_mma_combine(const void* in_all, void* out_all, const unsigned*, unsig
   double a[16][16], b[16][8];
   for (int l = 0; l < 32; ++l) {
     const int g = l >> 2, t = l & 3;
+    __emu_a_fragment<BF16>(in[l].a, l, a);
     for (int h = 0; h < 2; ++h) {
-      a[g][2 * t + h] = __emu_half<BF16>(in[l].a[0], h);
-      a[g + 8][2 * t + h] = __emu_half<BF16>(in[l].a[1], h);
-      a[g][2 * t + 8 + h] = __emu_half<BF16>(in[l].a[2], h);
-      a[g + 8][2 * t + 8 + h] = __emu_half<BF16>(in[l].a[3], h);
       b[2 * t + h][g] = __emu_half<BF16>(in[l].b[0], h);
       b[2 * t + 8 + h][g] = __emu_half<BF16>(in[l].b[1], h);
     }
@@ -89,14 +98,8 @@ void __emu_wgmma_combine(const void* in_all, void* out_all, const unsigned*, uns
   double a[16][16], b[16][NW];
   bool same = true;
   for (int l = 0; l < 32; ++l) {
-    const int g = l >> 2, t = l & 3;
     same = same && in[l].b == in[0].b;
-    for (int h = 0; h < 2; ++h) {
-      a[g][2 * t + h] = __emu_half<BF16>(in[l].a[0], h);
-      a[g + 8][2 * t + h] = __emu_half<BF16>(in[l].a[1], h);
-      a[g][2 * t + 8 + h] = __emu_half<BF16>(in[l].a[2], h);
-      a[g + 8][2 * t + 8 + h] = __emu_half<BF16>(in[l].a[3], h);
-    }
+    __emu_a_fragment<BF16>(in[l].a, l, a);
   }
   for (int k = 0; k < 16; ++k)
     for (int n = 0; n < NW; ++n) {

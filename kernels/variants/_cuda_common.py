@@ -383,4 +383,3 @@ def launch_bounds_header(threads: int, min_blocks: int, cluster: int = 1) -> str
         return ""
     return (f"\n#undef __global__\n#define __global__ __location__(global) "
             f"{' '.join(attributes)}\n")
-
