@@ -73,8 +73,10 @@ def _tile_choices() -> dict:
     return out
 
 
-# (layouts_1853: the bulk 3 gate/up bf16 M=8 tile, in the table since the 2026-12-07 13:23 bench)
-LATER_TILE_CHOICES = ("denorm_loads_1242/tile_choice.json", "layouts_1853/tile_choice.json")
+# (layouts_1853: the bulk 3 gate/up bf16 M=8 tile, in the table since the 2026-12-07 13:23 bench;
+# f16_2005: gate/up fp16 M=8's bulk 3 tile at denorm 1, since the 2026-12-07 20:07 UTC bench)
+LATER_TILE_CHOICES = ("denorm_loads_1242/tile_choice.json", "layouts_1853/tile_choice.json",
+                      "f16_2005/tile_choice.json")
 
 
 def test_every_sm90_entry_is_the_fastest_kernel_measured_and_beat_stock():
