@@ -134,10 +134,11 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                                  f"x_early with bulk, or ablate 3 or 4 (not x_share={x_share}, "
                                  f"x_early={x_early}, bulk={bulk}, ablate={ablate})")
     x_ahead = int(p.get("x_ahead", 0))
-    if x_ahead and not (bulk and not x_early):
+    if x_ahead and not ((bulk and not x_early) or wgmma):
         raise tiling.TilingError(f"{name}: x_ahead loads x two K steps ahead in the bulk "
-                                 f"pipeline's load_x path (bulk without x_early), not "
-                                 f"bulk={bulk}, x_early={x_early}")
+                                 f"pipeline's load_x path (bulk without x_early), or three in "
+                                 f"wgmma's staging, not bulk={bulk}, x_early={x_early}, "
+                                 f"wgmma={wgmma}")
     if ablate and stages and not bulk:
         raise tiling.TilingError(f"{name}: ablate takes a part out of the register pipeline "
                                  f"or the bulk pipeline, not the cp.async ring")

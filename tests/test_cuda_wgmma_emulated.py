@@ -43,7 +43,12 @@ TILES = [(1024, 8, {**WG, "k_groups": 1, "unroll": 2}),
          # the cp.async ring: 4 and 6 stages over 8 and 16 K steps, 2 over 4 a warpgroup
          (1024, 8, {**WG, "k_groups": 1, "unroll": 1, "stages": 4}),
          (2048, 16, {**WG, "k_groups": 1, "unroll": 1, "stages": 6}),
-         (1024, 13, {**WG, "k_groups": 2, "unroll": 1, "stages": 2})]
+         (1024, 13, {**WG, "k_groups": 2, "unroll": 1, "stages": 2}),
+         # x_ahead: x three K steps ahead in registers; 8 steps a warpgroup with prefetch, 16 on
+         # the ring, and 2 (fewer than it looks ahead: the loads past the group never issued)
+         (1024, 16, {**WG, "k_groups": 1, "unroll": 1, "prefetch": 1, "x_ahead": 1}),
+         (2048, 8, {**WG, "k_groups": 1, "unroll": 1, "stages": 4, "x_ahead": 1}),
+         (512, 5, {**WG, "k_groups": 2, "unroll": 1, "x_ahead": 1})]
 
 
 @pytest.mark.parametrize("dt", DTYPES)
@@ -61,22 +66,27 @@ def test_wgmma_gives_the_plain_tiles_output_bit_for_bit(dt):
 
 
 # Each mutant breaks one thing the emulator must see: a pair at the other k-slot of its block,
-# x's next step loaded as this one's (the slot holds the wrong step), B read from the other
-# slot, and the second half of a word's pairs given the first half's block.
+# x's next step never loaded (the slot holds the wrong step), B read from the other slot, the
+# second half of a word's pairs given the first half's block; with x_ahead, the later steps'
+# registers not moved down, and the steps it looks ahead at the start not loaded. (The tile
+# each runs on: an index of TILES.)
 MUTANTS = [("dflash2_wgmma_b_offset(8 * jj + 2 * tq, n)) = b[2 * h + jj];",
-            "dflash2_wgmma_b_offset(8 * jj + 2 * tq, n)) = b[2 * h + 1 - jj];"),
-           ("if (step + 1 < (kgroup + 1) * GROUP_STEPS) wg_issue(step + 1);", ""),
+            "dflash2_wgmma_b_offset(8 * jj + 2 * tq, n)) = b[2 * h + 1 - jj];", 1),
+           (("if (step + WG_DEPTH < (kgroup + 1) * GROUP_STEPS) wg_issue(step + WG_DEPTH, "
+             "wr[WG_DEPTH - 1]);"), "", 1),
            ("const unsigned char* slot = wg_base + (step & 1) * WG_SLOT;",
-            "const unsigned char* slot = wg_base + ((step + 1) & 1) * WG_SLOT;"),
-           ("slot + (2 * i + 1) * WG_KBLOCK);", "slot + (2 * i) * WG_KBLOCK);")]
+            "const unsigned char* slot = wg_base + ((step + 1) & 1) * WG_SLOT;", 1),
+           ("slot + (2 * i + 1) * WG_KBLOCK);", "slot + (2 * i) * WG_KBLOCK);", 1),
+           ("wr[d][j] = wr[d + 1][j];", "wr[d][j] = wr[d][j];", 8),
+           ("if (step + d < (kgroup + 1) * GROUP_STEPS) wg_issue(step + d, wr[d]);", ";", 8)]
 
 
 @pytest.mark.parametrize("mutant", range(len(MUTANTS)))
 def test_a_broken_staging_or_b_is_caught(monkeypatch, mutant):
-    right, wrong = MUTANTS[mutant]
+    right, wrong, at = MUTANTS[mutant]
     assert BODY.count(right) == 1, right
     monkeypatch.setattr(VARIANTS[NAME], "CUDA_SOURCE", BODY.replace(right, wrong))
-    k, m, tile = TILES[1]
+    k, m, tile = TILES[at]
     qw, x = _weights(64, k, "bfloat16"), _x(m, k, "bfloat16")
     y0 = launch.launch(NAME, x, qw, {"n_tile": 16, "k_groups": tile["k_groups"], "unroll": 1})
     y = launch.launch(NAME, x, qw, tile)
@@ -99,12 +109,13 @@ def test_wgmma_is_refused_off_a_warpgroup_of_the_register_pipeline_or_ring():
 # One tile of each kind the sets hold: all of K in a warpgroup with prefetch, 4 K groups (512
 # threads), the ring with all of K and with 2 K groups (the rest differ from these in constants)
 COMPILED = [((16, 1, 1, 1, 0), sp.WG), ((16, 4, 1, 0, 0), sp.WG), ((16, 1, 1, 0, 6), sp.WG),
-            ((16, 2, 1, 0, 2), sp.WG)]
+            ((16, 2, 1, 0, 2), sp.WG), ((16, 1, 1, 1, 0), sp.AHEAD), ((16, 2, 1, 0, 2), sp.AHEAD)]
 
 
 def test_every_wgmma_tile_of_the_sets_has_a_launch():
     ran = 0
-    for shape, pts in (*sp.SETS["wgmma"].items(), *sp.SETS["wgmma-ring"].items()):
+    for shape, pts in (*sp.SETS["wgmma"].items(), *sp.SETS["wgmma-ring"].items(),
+                       *sp.SETS["wgmma-ahead"].items()):
         k, n = cv.SHAPES[shape]
         for pt in pts:
             p = sp.as_params(pt)
@@ -114,8 +125,9 @@ def test_every_wgmma_tile_of_the_sets_has_a_launch():
                                                     {**VARIANTS[NAME].DEFAULTS, **p})
                     assert cfg.template["WGMMA"] and cfg.threads % 128 == 0
                 ran += 1
-    assert ran == 21, ran
-    assert all(pt in sp.WGMMA["gate_up"] + sp.WGMMA_RING["gate_up"] for pt in COMPILED)
+    assert ran == 21 + 10, ran
+    assert all(pt in sp.WGMMA["gate_up"] + sp.WGMMA_RING["gate_up"] + sp.WGMMA_AHEAD["gate_up"]
+               for pt in COMPILED)
 
 
 @pytest.mark.skipif(cuda_offline.nvcc() is None, reason="needs nvcc")

@@ -40,7 +40,7 @@ from kernels.variants._wgmma_cuda import WGMMA_HEADER
 # threads together one K step ahead), ROW_WARPS (register pipeline: a warp per 8 activation rows
 # of each K group, M_ROWS being a warp's 8 rows), X_PREFETCH (x's lines that many K steps on
 # brought into L1 as each step's are loaded: load_x), LAG (bulk 3: the slot its leader refills,
-# LAG stages back), X_AHEAD (bulk without X_EARLY: x loaded two K steps ahead, not one), WGMMA
+# LAG stages back), X_AHEAD (bulk without X_EARLY: x loaded two K steps ahead, not one; WGMMA: three), WGMMA
 # (register pipeline, COL_WARPS 4: each K group's 4 warps a warpgroup, its mma a wgmma with x
 # staged in shared memory, ``wg_stage``, not in each lane's registers); type T.
 # Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for

@@ -52,31 +52,37 @@ LOAD_X = r"""  // X_SHARE (one K group a block): the block's threads load a K st
     dflash2_cp_async_commit();
   };
   // WGMMA: the warpgroup's 128 threads load a K step's activations together, 16 bytes (a lane
-  // t's word i of a row: chunk 4 t + i) a thread, one step ahead, into registers ``wr``; at the
-  // step, each chunk's four activation pairs go where wgmma's B takes the k-slots that the A
-  // fragments of lane t's word i give them (pair 2 h + j of k16 block (i, h) at k = 8 j + 2 t),
-  // then a fence for the async proxy and the block's barrier. Rows M_ROWS to NW stay the zeros
-  // written at the start (wg_start).
+  // t's word i of a row: chunk 4 t + i) a thread, one step ahead (X_AHEAD: WG_DEPTH steps, so
+  // that a load's latency is not each step's), into registers ``wr[0]``... ``wr[WG_DEPTH - 1]``;
+  // at the step, each chunk of wr[0] gives its four activation pairs to where wgmma's B takes
+  // the k-slots that the A fragments of lane t's word i give them (pair 2 h + j of k16 block
+  // (i, h) at k = 8 j + 2 t), then a fence for the async proxy and the block's barrier, and the
+  // later steps' registers move down by one. Rows M_ROWS to NW stay the zeros written at the
+  // start (wg_start).
   constexpr int WG_CHUNKS = M_ROWS * 16;
   constexpr int WG_PER = WGMMA ? (WG_CHUNKS + 127) / 128 : 1;
+  constexpr int WG_DEPTH = WGMMA && X_AHEAD ? 3 : 1;
   const int wg_thread = int(threadIdx.x) & 127;
   // (Off, smem's start: past a 16-byte BULK buffer the pointer would be undefined.)
   [[maybe_unused]] unsigned char* wg_base =
       smem + (WGMMA ? WG_OFF + (warp / COL_WARPS) * 2 * WG_SLOT : 0);
-  [[maybe_unused]] uint4 wr[WG_PER];
-  [[maybe_unused]] auto wg_issue = [&](int step) {
+  [[maybe_unused]] uint4 wr[WG_DEPTH][WG_PER];
+  [[maybe_unused]] auto wg_issue = [&](int step, uint4 (&to)[WG_PER]) {
 #pragma unroll
     for (int j = 0; j < WG_PER; ++j) {
       const int c = wg_thread + j * 128;
       if (c < WG_CHUNKS)
-        wr[j] = reinterpret_cast<const uint4*>(x + (c / 16) * K + step * 128)[c % 16];
+        to[j] = reinterpret_cast<const uint4*>(x + (c / 16) * K + step * 128)[c % 16];
     }
   };
   [[maybe_unused]] auto wg_start = [&](int step) {
     for (int c = wg_thread; c < 2 * WG_SLOT / 16; c += 128)
       reinterpret_cast<uint4*>(wg_base)[c] = make_uint4(0, 0, 0, 0);
     __syncthreads();  // the zeros before any step's activations
-    wg_issue(step);
+    wg_issue(step, wr[0]);
+#pragma unroll
+    for (int d = 1; d < WG_DEPTH; ++d)
+      if (step + d < (kgroup + 1) * GROUP_STEPS) wg_issue(step + d, wr[d]);
   };
   [[maybe_unused]] auto wg_stage = [&](int step) {
     unsigned char* slot = wg_base + (step & 1) * WG_SLOT;
@@ -86,7 +92,7 @@ LOAD_X = r"""  // X_SHARE (one K group a block): the block's threads load a K st
       if (c < WG_CHUNKS) {
         const int n = c / 16, tq = (c % 16) / 4, i = c % 4;
         uint32_t b[4];
-        dflash2_activation_pairs(wr[j], b);
+        dflash2_activation_pairs(wr[0][j], b);
 #pragma unroll
         for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -97,7 +103,11 @@ LOAD_X = r"""  // X_SHARE (one K group a block): the block's threads load a K st
     }
     dflash2_fence_proxy_async();
     __syncthreads();
-    if (step + 1 < (kgroup + 1) * GROUP_STEPS) wg_issue(step + 1);
+#pragma unroll
+    for (int d = 0; d + 1 < WG_DEPTH; ++d)
+#pragma unroll
+      for (int j = 0; j < WG_PER; ++j) wr[d][j] = wr[d + 1][j];
+    if (step + WG_DEPTH < (kgroup + 1) * GROUP_STEPS) wg_issue(step + WG_DEPTH, wr[WG_DEPTH - 1]);
   };
   // The lane's activations of one K step (row g, + 8; zeros past M): from global memory (read by
   // every warp: L1/L2 hits), with X_SHARE from the step's slot, or with X_EARLY 3 from the
