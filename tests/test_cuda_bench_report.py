@@ -199,32 +199,28 @@ def test_the_report_names_each_row_that_misses_issue_14s_other_targets():
     gate/up bf16 M=1 and 8 (0.50, 0.49 in the chain) and host cost on 6 rows, 5 of them
     tiles that did not change. A synthetic fp16 row slower than stock compiled is named."""
     from cuda_verify_report import targets_lines
-    committed = json.loads((H200 / "cuda_verify.json").read_text())
-    assert targets_lines(committed)[-1] == (
-        "Missed: eager/compiled on 0 of 18 rows, host cost on 1 of 18, fp16 against stock on "
-        "0 of 9.")
-    named = {tuple(c.strip() for c in ln.split("|")[1:4]): ln.split("|")[9].strip()
-             for ln in targets_lines(committed) if ln.startswith("| ") and "shape" not in ln}
+
+    def report(path: str) -> tuple[str, dict]:
+        """A committed run's count line, and each row's miss ('-': none) by shape, dtype, M."""
+        lines = targets_lines(json.loads((H200 / path).read_text()))
+        return lines[-1], {tuple(c.strip() for c in ln.split("|")[1:4]): ln.split("|")[9].strip()
+                           for ln in lines if ln.startswith("| ") and "shape" not in ln}
+
+    def counts(eager: int, host: int) -> str:
+        return (f"Missed: eager/compiled on {eager} of 18 rows, host cost on {host} of 18, fp16 "
+                f"against stock on 0 of 9.")
+
+    line, named = report("cuda_verify.json")
+    assert line == counts(0, 1)
     assert sorted(k for k, v in named.items() if v != "-") == [("vocab", "float16", "16")]
     assert all(v in ("-", "host") for v in named.values())
-    at_1323 = json.loads((H200 / "previous_run10_cuda_verify.json").read_text())
-    assert targets_lines(at_1323)[-1] == (
-        "Missed: eager/compiled on 0 of 18 rows, host cost on 2 of 18, fp16 against stock on "
-        "0 of 9.")
-    named = {tuple(c.strip() for c in ln.split("|")[1:4]): ln.split("|")[9].strip()
-             for ln in targets_lines(at_1323) if ln.startswith("| ") and "shape" not in ln}
+    line, named = report("previous_run10_cuda_verify.json")  # 13:23
+    assert line == counts(0, 2)
     assert sorted(k for k, v in named.items() if v != "-") == [
         ("down", "float16", "8"), ("gate_up", "bfloat16", "8")]
-    before = json.loads((H200 / "previous_run9_cuda_verify.json").read_text())
-    assert targets_lines(before)[-1] == (
-        "Missed: eager/compiled on 0 of 18 rows, host cost on 0 of 18, fp16 against stock on "
-        "0 of 9.")
-    packed = json.loads((H200 / "bulk3_1616" / "bench" / "cuda_verify.json").read_text())
-    lines = targets_lines(packed)
-    assert lines[-1] == ("Missed: eager/compiled on 2 of 18 rows, host cost on 6 of 18, fp16 "
-                         "against stock on 0 of 9.")
-    missed = {tuple(c.strip() for c in ln.split("|")[1:4]): ln.split("|")[9].strip()
-              for ln in lines if ln.startswith("| ") and "shape" not in ln}
+    assert report("previous_run9_cuda_verify.json")[0] == counts(0, 0)
+    line, missed = report("bulk3_1616/bench/cuda_verify.json")
+    assert line == counts(2, 6)
     assert missed[("gate_up", "bfloat16", "8")] == "eager/compiled, host"
     assert missed[("gate_up", "bfloat16", "1")] == "eager/compiled"
     assert missed[("down", "bfloat16", "16")] == "-"

@@ -14,15 +14,8 @@ for m in 16 8; do
     > "$OUT/check$m.log" 2>&1 || echo "check $m rc $?"
   grep -i "bit-exact\|differ\|error" "$OUT/check$m.log" | tail -3
 done
-ncu_set() {
-  local dir=$OUT/ncu_$1 tiles
-  tiles=$(python3 bench/diagnostic_tiles.py "set:wgmma-ahead:$1")
-  mkdir -p "$dir"
-  NCU_LIGHT=1 NCU_TIMEOUT=120 OUT=$dir bash scripts/h200.sh ncucold --shapes "$1" --ms 8,16 \
-    --reps 2 --tiles "$tiles" > /dev/null 2>&1 || echo "ncu $1 rc $?"
-  cut -d'|' -f2,6,11 "$dir/ncu_cold.md" | tail -n +3 \
-    | sed 's/.l2_prefetch.: 128, //; s/.x_early.: 0, .min_blocks.: 0, .bulk.: 0, //'
-}
-ncu_set gate_up
-ncu_set down
+export NCU_TIMEOUT=120
+. bench/results/h200/ncu_set.sh
+ncu_set wgmma-ahead gate_up
+ncu_set wgmma-ahead down
 cd "$OUT" && tar czf call3.tgz --remove-files ./* 2>/dev/null; ls -la "$OUT"

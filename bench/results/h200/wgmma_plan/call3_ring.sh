@@ -15,15 +15,7 @@ timeout 150 python3 bench/cuda_verify_cold_sweep.py --out "$OUT/check16" --check
   > "$OUT/check16.log" 2>&1 || echo "check 16 rc $?"
 grep -i "bit-exact\|differ\|error" "$OUT/check16.log" | tail -5
 # each shape's set alone under ncu, then its times (one line a launch)
-ncu_set() {
-  local dir=$OUT/ncu_$1 tiles
-  tiles=$(python3 bench/diagnostic_tiles.py "set:wgmma-ring:$1")
-  mkdir -p "$dir"
-  NCU_LIGHT=1 NCU_TIMEOUT=150 OUT=$dir bash scripts/h200.sh ncucold --shapes "$1" --ms 8,16 \
-    --reps 2 --tiles "$tiles" > /dev/null 2>&1 || echo "ncu $1 rc $?"
-  cut -d'|' -f2,6,11 "$dir/ncu_cold.md" | tail -n +3 \
-    | sed 's/.l2_prefetch.: 128, //; s/.x_early.: 0, .min_blocks.: 0, .bulk.: 0, //'
-}
-ncu_set gate_up
-ncu_set down
+. bench/results/h200/ncu_set.sh
+ncu_set wgmma-ring gate_up
+ncu_set wgmma-ring down
 cd "$OUT" && tar czf call3.tgz --remove-files ./* 2>/dev/null; ls -la "$OUT"
