@@ -298,15 +298,20 @@ WGMMA_RING = {shape: [((16, 1, 1, 0, 4), WG), ((16, 1, 1, 0, 6), WG), ((16, 2, 1
 # Timed on the H200 at 20:03 UTC (bench/results/h200/wgmma_ring_2003): the ring was slower than
 # the register tiles (37.6-49.7 us at M=8 against 36.9-38.6), so loads of w in flight are not
 # what holds wgmma. Each step's x is loaded one step ahead and its latency met at the next
-# step's barrier, on every tile. x_ahead (2026-12-07 21:00 UTC, built, bit for bit on the CUDA
-# emulator): x three steps ahead in registers, each tile beside its twin without it.
+# step's barrier, on every tile, and each step waits for its own wgmma. Built 2026-12-07 21:00
+# UTC, bit for bit on the CUDA emulator, not yet timed: x_ahead (x three steps ahead in
+# registers) and wgmma 2 (each step's wgmma left in flight through the next: three x slots,
+# wait_group 1; register pipeline with two steps of code a loop), each beside its twin.
 AHEAD = {**WG, "x_ahead": 1}
-WGMMA_AHEAD = {"gate_up": [((16, 1, 1, 1, 0), AHEAD), ((16, 1, 1, 1, 0), WG),
-                           ((16, 2, 1, 0, 2), AHEAD), ((16, 2, 1, 0, 2), WG),
-                           ((16, 1, 1, 0, 4), AHEAD), ((16, 2, 1, 1, 0), AHEAD),
-                           *WGMMA["gate_up"][-2:]],
-               "down": [((16, 2, 1, 0, 2), AHEAD), ((16, 2, 1, 0, 2), WG),
-                        ((16, 4, 1, 1, 0), AHEAD), ((16, 4, 1, 1, 0), WG), *WGMMA["down"][-2:]]}
+INFLIGHT = {**WG, "wgmma": 2}
+WGMMA_NEXT = {"gate_up": [((16, 1, 1, 1, 0), WG), ((16, 1, 1, 1, 0), AHEAD),
+                          ((16, 1, 1, 1, 0), INFLIGHT), ((16, 1, 1, 1, 0), {**AHEAD, "wgmma": 2}),
+                          ((16, 2, 1, 0, 2), WG), ((16, 2, 1, 0, 2), AHEAD),
+                          ((16, 1, 2, 0, 0), INFLIGHT),
+                          ((16, 2, 1, 1, 0), {**AHEAD, "wgmma": 2}), *WGMMA["gate_up"][-2:]],
+              "down": [((16, 2, 1, 0, 2), WG), ((16, 2, 1, 0, 2), AHEAD),
+                       ((16, 4, 1, 1, 0), WG), ((16, 4, 1, 1, 0), AHEAD),
+                       ((16, 2, 1, 1, 0), {**AHEAD, "wgmma": 2}), *WGMMA["down"][-2:]]}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}
@@ -418,7 +423,7 @@ SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm":
         "xshare": XSHARE_TILES_2026_12_07, "xshare-m16": XSHARE_M16_TILES_2026_12_07,
         "xshare-u2-m16": XSHARE_U2_M16_TILES_2026_12_07, "xring-m16": XRING_M16,
         "x-prefetch": XPREFETCH, "bulk-lag": BULK_LAG, "bulk-f16": BULK_F16, "x-ahead": X_AHEAD,
-        "wgmma": WGMMA, "wgmma-ring": WGMMA_RING, "wgmma-ahead": WGMMA_AHEAD,
+        "wgmma": WGMMA, "wgmma-ring": WGMMA_RING, "wgmma-next": WGMMA_NEXT,
         "rowwarps-m16": ROWWARPS_M16_TILES_2026_12_07,
         "2026-12-05-bulk": BULK_TILES_2026_12_05, "2026-12-05-bulk3": BULK3_TILES_2026_12_05,
         "2026-12-05-bulk3-xring": BULK3_XRING_TILES_2026_12_05,

@@ -150,6 +150,15 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
     # memory and reads one step at a time, so there any divisor of the group's steps will do
     unroll = (next(u for u in range(want, 0, -1) if group_steps % u == 0) if bulk
               else _batch_unroll(want, group_steps))
+    if wgmma == 2 and (stages or not (int(p["prefetch"]) or unroll >= 2)):
+        # A wgmma reads its A registers until it completes: with a step left in flight, the
+        # next step's fragments must be other registers, which two steps of code in the loop
+        # give (two batches taking turns, or a batch of two); the ring's loop is one step.
+        raise tiling.TilingError(f"{name}: wgmma=2 leaves a step's wgmma in flight while the "
+                                 f"next step's A fragments are made, so it takes two steps of "
+                                 f"code a loop (stages=0 with prefetch=1 or unroll>=2 dividing the group's "
+                                 f"steps), not stages={stages}, prefetch={p['prefetch']}, "
+                                 f"unroll={unroll}")
     template = {"M_ROWS": m // row_warps, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups,
                 "UNROLL": unroll, "PREFETCH": bool(int(p["prefetch"])), "STAGES": stages,
                 "L2_PREFETCH": int(p.get("l2_prefetch", 128)),
@@ -158,7 +167,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                 "PACKED": packs_weights(p), "LEADER": bulk == 3, "ABLATE": ablate,
                 "COL_WARPS": col_warps, "CLUSTER": cluster, "X_SHARE": bool(x_share),
                 "ROW_WARPS": row_warps, "X_PREFETCH": x_prefetch, "LAG": lag,
-                "X_AHEAD": bool(x_ahead), "WGMMA": bool(wgmma),
+                "X_AHEAD": bool(x_ahead), "WGMMA": wgmma,
                 "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"}
     if bulk:
         return _bulk_config(name, m, k, n, group_size, dtype, template, min_blocks)
@@ -202,8 +211,10 @@ def _shared_x_config(name: str, m: int, n: int, n_tile: int, k_groups: int, dtyp
     smem = (k_groups // cluster) * 8 * -(-m // 8) * n_tile * col_warps * 4  # partial sums
     smem = max(smem, ring)  # wgmma's cp.async ring (``ring`` bytes), reused by the sums
     smem += 2 * m * 272 if template["X_SHARE"] else 0  # two slots of a K step's x (XS_PITCH)
-    # wgmma: two slots a K group of a K step's x, 8 k16 blocks of 8 or 16 rows (NW x 32 B)
-    smem += (k_groups // cluster) * 2 * 8 * (16 if m > 8 else 8) * 32 if template["WGMMA"] else 0
+    # wgmma: two slots a K group of a K step's x (three with wgmma 2, a step's wgmma in
+    # flight), 8 k16 blocks of 8 or 16 rows (NW x 32 B)
+    slots = 3 if template["WGMMA"] == 2 else 2
+    smem += (k_groups // cluster) * slots * 8 * (16 if m > 8 else 8) * 32 if template["WGMMA"] else 0
     if smem > tiling.MEMORY["cuda"][0]:
         raise tiling.TilingError(f"{where}: its partial sums and x's slots ({smem} B) exceed "
                                  f"the 48 KiB of static shared memory")

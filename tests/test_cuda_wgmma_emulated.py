@@ -18,7 +18,7 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from kernels import cuda_config, cuda_offline
+from kernels import cuda, cuda_config, cuda_offline
 from kernels.cuda_emu import launch
 from kernels.tiling import TilingError
 from kernels.variants import VARIANTS
@@ -35,12 +35,13 @@ WG = {"n_tile": 16, "col_warps": 4, "wgmma": 1}
 # (K, M, tile): M = 1, 5 (rows past M: B's zero rows), 8 (N = 8), 13 and 16 (N = 16); K steps
 # a warpgroup of 8, 2 and 1 (slots reused, the last step's next load never issued); unroll,
 # prefetch, denorm 2 and the cp.async ring; x_ahead (x three K steps ahead) over 8 steps, over
-# one (fewer than it looks ahead: the loads past the group never issued) and on the ring
+# one (fewer than it looks ahead: the loads past the group never issued) and on the ring; wgmma
+# 2 (a step's wgmma in flight, x in three slots) over 4 and 8 steps, with prefetch and unroll 2
 TILES = [(1024, 8, {**WG, "k_groups": 1, "unroll": 2, "x_ahead": 1}),
-         (1024, 16, {**WG, "k_groups": 2, "unroll": 1, "prefetch": 1}),
+         (1024, 16, {**WG, "k_groups": 2, "unroll": 1, "prefetch": 1, "wgmma": 2}),
          (512, 5, {**WG, "k_groups": 4, "unroll": 1, "x_ahead": 1}),
          (512, 1, {**WG, "k_groups": 2, "unroll": 2}),
-         (2048, 13, {**WG, "k_groups": 2, "unroll": 2, "denorm": 2}),
+         (2048, 13, {**WG, "k_groups": 2, "unroll": 2, "denorm": 2, "wgmma": 2}),
          # the cp.async ring: 4 and 6 stages over 8 and 16 K steps, 2 over 4 a warpgroup
          (1024, 8, {**WG, "k_groups": 1, "unroll": 1, "stages": 4}),
          (2048, 16, {**WG, "k_groups": 1, "unroll": 1, "stages": 6}),
@@ -70,8 +71,8 @@ MUTANTS = [("dflash2_wgmma_b_offset(8 * jj + 2 * tq, n)) = b[2 * h + jj];",
             "dflash2_wgmma_b_offset(8 * jj + 2 * tq, n)) = b[2 * h + 1 - jj];", 1),
            (("if (step + WG_DEPTH < (kgroup + 1) * GROUP_STEPS) wg_issue(step + WG_DEPTH, "
              "wr[WG_DEPTH - 1]);"), "", 1),
-           ("const unsigned char* slot = wg_base + (step & 1) * WG_SLOT;",
-            "const unsigned char* slot = wg_base + ((step + 1) & 1) * WG_SLOT;", 1),
+           ("const unsigned char* slot = wg_base + wg_slot(step) * WG_SLOT;",
+            "const unsigned char* slot = wg_base + wg_slot(step + 1) * WG_SLOT;", 1),
            ("slot + (2 * i + 1) * WG_KBLOCK);", "slot + (2 * i) * WG_KBLOCK);", 1),
            ("wr[d][j] = wr[d + 1][j];", "wr[d][j] = wr[d][j];", 0),
            ("if (step + d < (kgroup + 1) * GROUP_STEPS) wg_issue(step + d, wr[d]);", ";", 0)]
@@ -92,8 +93,11 @@ def test_a_broken_staging_or_b_is_caught(monkeypatch, mutant):
 def test_wgmma_is_refused_off_a_warpgroup_of_the_register_pipeline_or_ring():
     base = {**VARIANTS[NAME].DEFAULTS, **WG, "k_groups": 2, "unroll": 1}
     ours = "wgmma makes each K group's 4 warps a warpgroup"
+    two = "wgmma=2 leaves a step's wgmma in flight"
     for other, match in (({"col_warps": 2}, ours), ({"x_early": 1}, ours), ({"ablate": 3}, ours),
                          ({"x_prefetch": 2}, ours), ({"cluster": 2}, ours),
+                         ({"wgmma": 2}, two), ({"wgmma": 2, "stages": 2, "prefetch": 1}, two),
+                         ({"wgmma": 2, "unroll": 2, "k_groups": 8}, two),  # 5 steps a group: unroll 1
                          ({"bulk": 3, "stages": 2}, "col_warps and cluster take"),
                          ({"stages": 2, "wgmma": 0}, "col_warps and cluster take")):
         with pytest.raises(TilingError, match=match):
@@ -105,13 +109,14 @@ def test_wgmma_is_refused_off_a_warpgroup_of_the_register_pipeline_or_ring():
 # One tile of each kind the sets hold: all of K in a warpgroup with prefetch, 4 K groups (512
 # threads), the ring with all of K and with 2 K groups (the rest differ from these in constants)
 COMPILED = [((16, 1, 1, 1, 0), sp.WG), ((16, 4, 1, 0, 0), sp.WG), ((16, 1, 1, 0, 6), sp.WG),
-            ((16, 2, 1, 0, 2), sp.WG), ((16, 1, 1, 1, 0), sp.AHEAD), ((16, 2, 1, 0, 2), sp.AHEAD)]
+            ((16, 2, 1, 0, 2), sp.WG), ((16, 1, 1, 1, 0), sp.AHEAD), ((16, 2, 1, 0, 2), sp.AHEAD),
+            ((16, 1, 1, 1, 0), sp.INFLIGHT)]
 
 
 def test_every_wgmma_tile_of_the_sets_has_a_launch():
     ran = 0
     for shape, pts in (*sp.SETS["wgmma"].items(), *sp.SETS["wgmma-ring"].items(),
-                       *sp.SETS["wgmma-ahead"].items()):
+                       *sp.SETS["wgmma-next"].items()):
         k, n = cv.SHAPES[shape]
         for pt in pts:
             p = sp.as_params(pt)
@@ -121,8 +126,8 @@ def test_every_wgmma_tile_of_the_sets_has_a_launch():
                                                     {**VARIANTS[NAME].DEFAULTS, **p})
                     assert cfg.template["WGMMA"] and cfg.threads % 128 == 0
                 ran += 1
-    assert ran == 21 + 10, ran
-    assert all(pt in sp.WGMMA["gate_up"] + sp.WGMMA_RING["gate_up"] + sp.WGMMA_AHEAD["gate_up"]
+    assert ran == 21 + 13, ran
+    assert all(pt in sp.WGMMA["gate_up"] + sp.WGMMA_RING["gate_up"] + sp.WGMMA_NEXT["gate_up"]
                for pt in COMPILED)
 
 
@@ -145,3 +150,28 @@ def test_a_wgmma_tile_compiles_to_warpgroup_mma_for_sm90a_and_fits_its_block(pt)
         assert f"m64n{nw}k16" in ptx and "mma.sync" not in ptx, (p, m)
     report = cuda_offline.compile_launch(NAME, cfg)
     assert report.spill_bytes == 0 and report.registers * cfg.threads <= 65536, (p, report)
+
+
+@pytest.mark.skipif(cuda_offline.nvcc() is None or cuda_offline.nvdisasm() is None,
+                    reason="needs nvcc and nvdisasm")
+def test_wgmma_2_leaves_a_step_in_flight_and_waits_for_all_before_the_sums():
+    """What the emulator cannot show (it runs each wgmma at once): in the machine code for
+    sm_90a, wgmma 1 waits for every group each step (``WARPGROUP.DEPBAR.LE gsb0, 0x0``), wgmma 2
+    for all but one (``0x1``, one a step of code: the two batches taking turns) and for all
+    once after the loop, before the accumulators are read; ptxas serialized nothing (its
+    warning would name the wgmma pipeline)."""
+    k, n = cv.SHAPES["gate_up"]
+    waits = {}
+    for wg in (1, 2):
+        p = {**VARIANTS[NAME].DEFAULTS, **sp.as_params(((16, 1, 1, 1, 0), {**sp.WG, "wgmma": wg}))}
+        cfg = cuda_config.launch_config(NAME, 8, k, n, 64, "bfloat16", p)
+        sass = cuda_offline.sass_sm90(NAME, cfg.activation, cfg.template,
+                                      cuda.kernel_header(NAME, cfg))
+        waits[wg] = [ln.split("DEPBAR")[1].split(";")[0].strip() for ln in sass
+                     if "WARPGROUP.DEPBAR" in ln]
+        msgs, _ = cuda_offline._nvcc_sm90(NAME, cfg.activation, cfg.template,
+                                          cuda.kernel_header(NAME, cfg), "-cubin",
+                                          "--ptxas-options=-v")
+        assert "serialized" not in msgs, msgs[-800:]
+    assert waits[1] == [".LE gsb0, 0x0"] * 2, waits[1]
+    assert waits[2] == [".LE gsb0, 0x1"] * 2 + [".LE gsb0, 0x0"], waits[2]

@@ -42,7 +42,8 @@ from kernels.variants._wgmma_cuda import WGMMA_HEADER
 # brought into L1 as each step's are loaded: load_x), LAG (bulk 3: the slot its leader refills,
 # LAG stages back), X_AHEAD (bulk without X_EARLY: x loaded two K steps ahead, not one; WGMMA: three), WGMMA
 # (register pipeline, COL_WARPS 4: each K group's 4 warps a warpgroup, its mma a wgmma with x
-# staged in shared memory, ``wg_stage``, not in each lane's registers); type T.
+# staged in shared memory, ``wg_stage``, not in each lane's registers; 2: each step's wgmma left
+# in flight through the next step); type T.
 # Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for
 # columns n0 + g and n0 + g + 8 one 16-byte load each (4 packed words), and the same 32
 # activations of row g (and g + 8 for a second B tile). Word i of those 4 feeds two mma steps;
@@ -115,7 +116,7 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   // kernels.cuda_config.BULK_X_DEPTH sizes that ring)
   constexpr int X_DEPTH = 2;
   constexpr int XR_BYTES = X_EARLY == 3 ? X_DEPTH * K_GROUPS * ROW_WARPS * XQ * 32 * 16 : 0;
-  // WGMMA: two slots a K group of one K step's activations in wgmma's B layout
+  // WGMMA: two slots (three with WGMMA 2) a K group of one K step's activations in wgmma's B layout
   // (WGMMA_HEADER): 8 k16 blocks (word i, then its pairs' half h) of NW rows, 2 x NW / 8 core
   // matrices of 128 B each, after the partial sums (the last step's wgmma may still read them)
   constexpr int NW = M_ROWS > 8 ? 16 : 8;
@@ -123,7 +124,12 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   constexpr int WG_SLOT = 8 * WG_KBLOCK;
   // (and, with a cp.async ring, after the ring's stages, which the K loop is still filling)
   constexpr int WG_OFF = STAGES > 0 && RING_BYTES > PARTIAL_BYTES ? RING_BYTES : PARTIAL_BYTES;
-  constexpr int WG_BYTES = WGMMA ? BLOCK_GROUPS * 2 * WG_SLOT : 0;
+  // WGMMA 2: a step's wgmma left in flight through the next step (wait_group 1), so x takes
+  // three slots: the one a step writes was read three steps before, whose wgmma every warp
+  // has waited for before the barrier of the step between
+  constexpr int WG_SLOTS = WGMMA == 2 ? 3 : 2;
+  auto wg_slot = [](int step) { return WGMMA == 2 ? step % 3 : step & 1; };
+  constexpr int WG_BYTES = WGMMA ? BLOCK_GROUPS * WG_SLOTS * WG_SLOT : 0;
   constexpr int STATIC_BYTES = WGMMA ? WG_OFF + WG_BYTES : PARTIAL_BYTES + XS_BYTES + XR_BYTES;
   constexpr int SMEM_BYTES = BULK ? 16 : (RING_BYTES > STATIC_BYTES ? RING_BYTES : STATIC_BYTES);
   __shared__ __align__(16) unsigned char smem[SMEM_BYTES];
@@ -236,7 +242,7 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   auto wg_math = [&](const uint4 (&wq)[COL_TILES][2], const uint32_t (&sc)[COL_TILES][2],
                      const uint32_t (&bi)[COL_TILES][2], int step) {
     if constexpr (WGMMA) {
-      const unsigned char* slot = wg_base + (step & 1) * WG_SLOT;
+      const unsigned char* slot = wg_base + wg_slot(step) * WG_SLOT;
       uint32_t so[COL_TILES][2];
       odd_scales(sc, so);
 #pragma unroll
@@ -254,7 +260,7 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
         }
       }
       dflash2_wgmma_commit();
-      dflash2_wgmma_wait<0>();
+      dflash2_wgmma_wait<WGMMA == 2 ? 1 : 0>();  // (2: this step's left in flight)
     }
   };
 
@@ -387,7 +393,8 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
 """ + batch_driver("kgroup") + r"""    if constexpr (X_EARLY == 3) dflash2_cp_async_wait<0>();  // none left in flight at exit
   }
 
-  if constexpr (WGMMA) {  // D into the C tiles (every wgmma waited for: wg_math)
+  if constexpr (WGMMA) {  // D into the C tiles (every wgmma waited for: wg_math, and here)
+    if constexpr (WGMMA == 2) dflash2_wgmma_wait<0>();
 #pragma unroll
     for (int mt = 0; mt < M_TILES; ++mt)
 #pragma unroll

@@ -65,7 +65,7 @@ LOAD_X = r"""  // X_SHARE (one K group a block): the block's threads load a K st
   const int wg_thread = int(threadIdx.x) & 127;
   // (Off, smem's start: past a 16-byte BULK buffer the pointer would be undefined.)
   [[maybe_unused]] unsigned char* wg_base =
-      smem + (WGMMA ? WG_OFF + (warp / COL_WARPS) * 2 * WG_SLOT : 0);
+      smem + (WGMMA ? WG_OFF + (warp / COL_WARPS) * WG_SLOTS * WG_SLOT : 0);
   [[maybe_unused]] uint4 wr[WG_DEPTH][WG_PER];
   [[maybe_unused]] auto wg_issue = [&](int step, uint4 (&to)[WG_PER]) {
 #pragma unroll
@@ -76,7 +76,7 @@ LOAD_X = r"""  // X_SHARE (one K group a block): the block's threads load a K st
     }
   };
   [[maybe_unused]] auto wg_start = [&](int step) {
-    for (int c = wg_thread; c < 2 * WG_SLOT / 16; c += 128)
+    for (int c = wg_thread; c < WG_SLOTS * WG_SLOT / 16; c += 128)
       reinterpret_cast<uint4*>(wg_base)[c] = make_uint4(0, 0, 0, 0);
     __syncthreads();  // the zeros before any step's activations
     wg_issue(step, wr[0]);
@@ -85,7 +85,7 @@ LOAD_X = r"""  // X_SHARE (one K group a block): the block's threads load a K st
       if (step + d < (kgroup + 1) * GROUP_STEPS) wg_issue(step + d, wr[d]);
   };
   [[maybe_unused]] auto wg_stage = [&](int step) {
-    unsigned char* slot = wg_base + (step & 1) * WG_SLOT;
+    unsigned char* slot = wg_base + wg_slot(step) * WG_SLOT;
 #pragma unroll
     for (int j = 0; j < WG_PER; ++j) {
       const int c = wg_thread + j * 128;

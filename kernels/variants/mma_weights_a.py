@@ -139,7 +139,12 @@ M=16, one step ahead in registers) into two slots of wgmma's B layout, and M=16 
 instruction where M=8 does. The sums are those of the plain tile's mma in the same order (the
 CUDA emulator models both as one rounding of the 16 products and the accumulator, so there the
 output is the col_warps 4 tile's bit for bit); whether the tensor core adds them in the same
-order for both instructions is the device's to say (``bench/sweep_points.WGMMA``).
+order for both instructions is the device's to say (``bench/sweep_points.WGMMA``). Each step
+waits for its own wgmma, and meets its x, loaded one step ahead, at the barrier that publishes
+it: ``wgmma`` = 2 leaves each step's wgmma in flight through the next (x in three slots; two
+steps of code a loop, so that the next step's A fragments are other registers), and
+``x_ahead`` = 1 loads x three steps ahead (bench/sweep_points.WGMMA_NEXT; untimed as of
+2026-12-07).
 
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
@@ -177,7 +182,7 @@ CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"
                                     ("cluster", (1, 2, 4, 8)), ("x_share", (0, 1)),
                                     ("row_warps", (1, 2)), ("x_prefetch", (0, 1, 2, 3, 4, 8)),
                                     ("lag", (-1, 0, 1, 2, 3)), ("x_ahead", (0, 1)),
-                                    ("wgmma", (0, 1))),
+                                    ("wgmma", (0, 1, 2))),
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
 

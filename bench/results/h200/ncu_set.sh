@@ -1,4 +1,4 @@
-# Sourced by the plan scripts (wgmma_plan/call3_ring.sh, wgmma_ahead_plan/call3.sh), with OUT and
+# Sourced by the plan scripts (wgmma_plan/call3_ring.sh, wgmma_next_plan/call3.sh), with OUT and
 # PYTHONPATH set as there. ncu_set SET SHAPE: each tile of sweep_points' SET for SHAPE alone under
 # ncu, cold, at M = 8 and 16, 2 launches each (NCU_TIMEOUT, default 150 s), into $OUT/ncu_SHAPE;
 # then one line a launch: label | µs | registers.
