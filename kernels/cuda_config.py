@@ -156,9 +156,9 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
         # give (two batches taking turns, or a batch of two); the ring's loop is one step.
         raise tiling.TilingError(f"{name}: wgmma=2 leaves a step's wgmma in flight while the "
                                  f"next step's A fragments are made, so it takes two steps of "
-                                 f"code a loop (stages=0 with prefetch=1 or unroll>=2 dividing the group's "
-                                 f"steps), not stages={stages}, prefetch={p['prefetch']}, "
-                                 f"unroll={unroll}")
+                                 f"code a loop (stages=0 with prefetch=1 or unroll>=2 dividing "
+                                 f"the group's steps), not stages={stages}, "
+                                 f"prefetch={p['prefetch']}, unroll={unroll}")
     template = {"M_ROWS": m // row_warps, "COL_TILES": n_tile // 16, "K_GROUPS": k_groups,
                 "UNROLL": unroll, "PREFETCH": bool(int(p["prefetch"])), "STAGES": stages,
                 "L2_PREFETCH": int(p.get("l2_prefetch", 128)),
@@ -214,7 +214,8 @@ def _shared_x_config(name: str, m: int, n: int, n_tile: int, k_groups: int, dtyp
     # wgmma: two slots a K group of a K step's x (three with wgmma 2, a step's wgmma in
     # flight), 8 k16 blocks of 8 or 16 rows (NW x 32 B)
     slots = 3 if template["WGMMA"] == 2 else 2
-    smem += (k_groups // cluster) * slots * 8 * (16 if m > 8 else 8) * 32 if template["WGMMA"] else 0
+    smem += ((k_groups // cluster) * slots * 8 * (16 if m > 8 else 8) * 32
+             if template["WGMMA"] else 0)
     if smem > tiling.MEMORY["cuda"][0]:
         raise tiling.TilingError(f"{where}: its partial sums and x's slots ({smem} B) exceed "
                                  f"the 48 KiB of static shared memory")

@@ -40,10 +40,10 @@ from kernels.variants._wgmma_cuda import WGMMA_HEADER
 # threads together one K step ahead), ROW_WARPS (register pipeline: a warp per 8 activation rows
 # of each K group, M_ROWS being a warp's 8 rows), X_PREFETCH (x's lines that many K steps on
 # brought into L1 as each step's are loaded: load_x), LAG (bulk 3: the slot its leader refills,
-# LAG stages back), X_AHEAD (bulk without X_EARLY: x loaded two K steps ahead, not one; WGMMA: three), WGMMA
-# (register pipeline, COL_WARPS 4: each K group's 4 warps a warpgroup, its mma a wgmma with x
-# staged in shared memory, ``wg_stage``, not in each lane's registers; 2: each step's wgmma left
-# in flight through the next step); type T.
+# LAG stages back), X_AHEAD (bulk without X_EARLY: x loaded two K steps ahead, not one; with
+# WGMMA three), WGMMA (register pipeline, COL_WARPS 4: each K group's 4 warps a warpgroup, its
+# mma a wgmma with x staged in shared memory, ``wg_stage``, not in each lane's registers; 2:
+# each step's wgmma left in flight through the next step); type T.
 # Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for
 # columns n0 + g and n0 + g + 8 one 16-byte load each (4 packed words), and the same 32
 # activations of row g (and g + 8 for a second B tile). Word i of those 4 feeds two mma steps;
@@ -116,9 +116,10 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
   // kernels.cuda_config.BULK_X_DEPTH sizes that ring)
   constexpr int X_DEPTH = 2;
   constexpr int XR_BYTES = X_EARLY == 3 ? X_DEPTH * K_GROUPS * ROW_WARPS * XQ * 32 * 16 : 0;
-  // WGMMA: two slots (three with WGMMA 2) a K group of one K step's activations in wgmma's B layout
-  // (WGMMA_HEADER): 8 k16 blocks (word i, then its pairs' half h) of NW rows, 2 x NW / 8 core
-  // matrices of 128 B each, after the partial sums (the last step's wgmma may still read them)
+  // WGMMA: two slots (three with WGMMA 2) a K group of one K step's activations in wgmma's B
+  // layout (WGMMA_HEADER): 8 k16 blocks (word i, then its pairs' half h) of NW rows, 2 x NW / 8
+  // core matrices of 128 B each, after the partial sums (the last step's wgmma may still read
+  // them)
   constexpr int NW = M_ROWS > 8 ? 16 : 8;
   constexpr int WG_KBLOCK = NW * 32;
   constexpr int WG_SLOT = 8 * WG_KBLOCK;
