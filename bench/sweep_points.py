@@ -312,6 +312,10 @@ WGMMA_NEXT = {"gate_up": [((16, 1, 1, 1, 0), WG), ((16, 1, 1, 1, 0), AHEAD),
               "down": [((16, 2, 1, 0, 2), WG), ((16, 2, 1, 0, 2), AHEAD),
                        ((16, 4, 1, 1, 0), WG), ((16, 4, 1, 1, 0), AHEAD),
                        ((16, 2, 1, 1, 0), {**AHEAD, "wgmma": 2}), *WGMMA["down"][-2:]]}
+# What x's staging costs a wgmma tile (no step loads or stages x, no barrier a step: ablate 3;
+# the weights made up too: 4), beside the whole tile; a time, never a result (B stays zeros).
+WGMMA_ABLATE = {"gate_up": [((16, 1, 1, 1, 0), {**w, "ablate": a}) for w in (WG, INFLIGHT)
+                            for a in (0, 3, 4)]}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}
@@ -424,6 +428,7 @@ SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm":
         "xshare-u2-m16": XSHARE_U2_M16_TILES_2026_12_07, "xring-m16": XRING_M16,
         "x-prefetch": XPREFETCH, "bulk-lag": BULK_LAG, "bulk-f16": BULK_F16, "x-ahead": X_AHEAD,
         "wgmma": WGMMA, "wgmma-ring": WGMMA_RING, "wgmma-next": WGMMA_NEXT,
+        "wgmma-ablate": WGMMA_ABLATE,
         "rowwarps-m16": ROWWARPS_M16_TILES_2026_12_07,
         "2026-12-05-bulk": BULK_TILES_2026_12_05, "2026-12-05-bulk3": BULK3_TILES_2026_12_05,
         "2026-12-05-bulk3-xring": BULK3_XRING_TILES_2026_12_05,

@@ -94,7 +94,8 @@ def test_wgmma_is_refused_off_a_warpgroup_of_the_register_pipeline_or_ring():
     base = {**VARIANTS[NAME].DEFAULTS, **WG, "k_groups": 2, "unroll": 1}
     ours = "wgmma makes each K group's 4 warps a warpgroup"
     two = "wgmma=2 leaves a step's wgmma in flight"
-    for other, match in (({"col_warps": 2}, ours), ({"x_early": 1}, ours), ({"ablate": 3}, ours),
+    for other, match in (({"col_warps": 2}, ours), ({"x_early": 1}, ours),
+                         ({"ablate": 3, "stages": 2}, ours),
                          ({"x_prefetch": 2}, ours), ({"cluster": 2}, ours),
                          ({"wgmma": 2}, two), ({"wgmma": 2, "stages": 2, "prefetch": 1}, two),
                          ({"wgmma": 2, "unroll": 2, "k_groups": 8}, two),  # 5 steps a group: unroll 1
@@ -104,6 +105,22 @@ def test_wgmma_is_refused_off_a_warpgroup_of_the_register_pipeline_or_ring():
             cuda_config.launch_config(NAME, 8, 5120, 17408, 64, "bfloat16", {**base, **other})
     cfg = cuda_config.launch_config(NAME, 16, 5120, 17408, 64, "bfloat16", base)
     assert (cfg.threads, cfg.grid // cfg.threads, cfg.template["WGMMA"]) == (256, 272, True)
+
+
+def test_ablate_3_and_4_leave_wgmmas_x_unstaged():
+    """The diagnostic of what staging x costs a wgmma tile (bench/sweep_points.WGMMA_ABLATE,
+    timed beside the whole tile): with ablate 3 (and 4, the weights made up too) no step loads
+    or stages x, so B stays the zeros the warpgroup starts with and every output is 0, where the
+    whole tile's are not; the ring has no such path and is refused."""
+    k, m, tile = TILES[1]
+    qw, x = _weights(64, k, "bfloat16"), _x(m, k, "bfloat16")
+    whole = launch.launch(NAME, x, qw, tile)
+    assert not mx.array_equal(whole, mx.zeros_like(whole)).item()
+    for ablate in (3, 4):
+        y = launch.launch(NAME, x, qw, {**tile, "ablate": ablate})
+        assert mx.array_equal(y, mx.zeros_like(y)).item(), ablate
+    assert cuda_config.takes_x_ablate({**WG, "wgmma": 1})
+    assert not cuda_config.takes_x_ablate({**WG, "wgmma": 1, "stages": 4})
 
 
 # One tile of each kind the sets hold: all of K in a warpgroup with prefetch, 4 K groups (512
@@ -116,7 +133,7 @@ COMPILED = [((16, 1, 1, 1, 0), sp.WG), ((16, 4, 1, 0, 0), sp.WG), ((16, 1, 1, 0,
 def test_every_wgmma_tile_of_the_sets_has_a_launch():
     ran = 0
     for shape, pts in (*sp.SETS["wgmma"].items(), *sp.SETS["wgmma-ring"].items(),
-                       *sp.SETS["wgmma-next"].items()):
+                       *sp.SETS["wgmma-next"].items(), *sp.SETS["wgmma-ablate"].items()):
         k, n = cv.SHAPES[shape]
         for pt in pts:
             p = sp.as_params(pt)
@@ -126,7 +143,7 @@ def test_every_wgmma_tile_of_the_sets_has_a_launch():
                                                     {**VARIANTS[NAME].DEFAULTS, **p})
                     assert cfg.template["WGMMA"] and cfg.threads % 128 == 0
                 ran += 1
-    assert ran == 21 + 13, ran
+    assert ran == 21 + 13 + 6, ran
     assert all(pt in sp.WGMMA["gate_up"] + sp.WGMMA_RING["gate_up"] + sp.WGMMA_NEXT["gate_up"]
                for pt in COMPILED)
 

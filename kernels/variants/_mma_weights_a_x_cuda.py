@@ -114,7 +114,7 @@ LOAD_X = r"""  // X_SHARE (one K group a block): the block's threads load a K st
   // warp's ring, the copies of X_DEPTH - 1 steps on issued first.
   auto load_x = [&](uint4 (&xa)[M_TILES][4], int step) {
     if constexpr (WGMMA) {  // x to the step's slot for wg_math (xa is not read)
-      wg_stage(step);
+      if constexpr (ABLATE < 3) wg_stage(step);  // ABLATE 3, 4: unstaged (B stays zeros)
     } else if constexpr (X_SHARE) {
       unsigned char* slot = smem + PARTIAL_BYTES + (step & 1) * XS_SLOT;
 #pragma unroll

@@ -3,7 +3,8 @@
 # flight (wgmma 2) (p1, p2 staged by the two calls before it; any sm_90 card): ready; the
 # wgmma-next set checked bit for bit against its register twins at M=16 and at M=8 (the cold
 # sweep's --check-only); then each shape timed alone, cold, by ncu at M = 8 and 16, each tile
-# beside its twin and the table's tiles, bf16. Outputs packed in one tarball ($OUT/call3.tgz).
+# beside its twin and the table's tiles, bf16; then wgmma-ablate (ablate 3 and 4 beside the
+# whole tile) under ncu. Outputs packed in one tarball ($OUT/call3.tgz).
 set -u
 bash scripts/h200.sh ready || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -18,4 +19,7 @@ export NCU_TIMEOUT=120
 . bench/results/h200/ncu_set.sh
 ncu_set wgmma-next gate_up
 ncu_set wgmma-next down
+# what staging x costs them (ablate 3: no x loaded or staged, no barrier a step; 4: the weights
+# made up too): a time, not a result
+OUT=$OUT/ablate ncu_set wgmma-ablate gate_up
 cd "$OUT" && tar czf call3.tgz --remove-files ./* 2>/dev/null; ls -la "$OUT"
