@@ -21,7 +21,7 @@ from kernels.variants._cuda_common import CUDA_HEADER as _CUDA_HEADER
 from kernels.variants._dequant_cuda import DEQUANT_HEADER, NIBBLE_HEADER
 from kernels.variants._mma_weights_a_bulk_cuda import BULK_PIPELINE
 from kernels.variants._mma_weights_a_x_cuda import LOAD_X
-from kernels.variants._wgmma_cuda import WGMMA_HEADER
+from kernels.variants._wgmma_cuda import WG_MATH, WGMMA_HEADER
 
 # Constants: M_ROWS (<= 16), COL_TILES (16-column tiles a warp owns: n_tile / 16), K_GROUPS,
 # UNROLL (K steps of 128 whose loads go out together), PREFETCH, STAGES (0: the register
@@ -234,37 +234,7 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
       }
     }
   };
-  // WGMMA: the same step as one warpgroup's: the same A fragments, each pair of mma one wgmma
-  // over all NW rows, B from the step's slot (wg_stage), D in ``wacc`` (acc[mt][c] after the
-  // K loop: C tile mt is D's columns 8 mt on). A word's fragments are written, fenced, then read
-  // by its wgmma; the step's wgmma are waited for before the next step's (its slot is written
-  // again two steps on, behind the barrier of the step between).
-  [[maybe_unused]] float wacc[COL_TILES][NW / 2] = {};
-  auto wg_math = [&](const uint4 (&wq)[COL_TILES][2], const uint32_t (&sc)[COL_TILES][2],
-                     const uint32_t (&bi)[COL_TILES][2], int step) {
-    if constexpr (WGMMA) {
-      const unsigned char* slot = wg_base + wg_slot(step) * WG_SLOT;
-      uint32_t so[COL_TILES][2];
-      odd_scales(sc, so);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        uint32_t a[COL_TILES][2][4];
-#pragma unroll
-        for (int c = 0; c < COL_TILES; ++c) dequant(wq[c], sc[c], bi[c], so[c], i, a[c]);
-        dflash2_wgmma_fence();
-#pragma unroll
-        for (int c = 0; c < COL_TILES; ++c) {
-          dflash2_wgmma<IS_BF16, NW>(wacc[c], a[c][0][0], a[c][1][0], a[c][0][1], a[c][1][1],
-                                     slot + (2 * i) * WG_KBLOCK);
-          dflash2_wgmma<IS_BF16, NW>(wacc[c], a[c][0][2], a[c][1][2], a[c][0][3], a[c][1][3],
-                                     slot + (2 * i + 1) * WG_KBLOCK);
-        }
-      }
-      dflash2_wgmma_commit();
-      dflash2_wgmma_wait<WGMMA == 2 ? 1 : 0>();  // (2: this step's left in flight)
-    }
-  };
-
+""" + WG_MATH + r"""
 """ + BULK_PIPELINE + r"""
   } else if constexpr (STAGES > 0) {
     // The cp.async ring: slot [stage][row c * 2 + h][lane] of this warp's region. A lane reads

@@ -71,3 +71,38 @@ __device__ __forceinline__ void dflash2_fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 """
+
+# One K step of mma_weights_a as the warpgroup's (its body's ``wg_math``: the variant's
+# ``dequant`` and ``odd_scales``, and wg_base, wg_slot, WG_SLOT, WG_KBLOCK and NW, are in scope).
+WG_MATH = r"""  // WGMMA: the same step as one warpgroup's: the same A fragments, each pair of mma one wgmma
+  // over all NW rows, B from the step's slot (wg_stage), D in ``wacc`` (acc[mt][c] after the
+  // K loop: C tile mt is D's columns 8 mt on). A word's fragments are written, fenced, then read
+  // by its wgmma. WGMMA 1: the step's wgmma are waited for before the next step's (its slot is
+  // written again two steps on, behind the barrier of the step between); 2: all but this
+  // step's (its slot is written again three steps on), and the last once after the K loop.
+  [[maybe_unused]] float wacc[COL_TILES][NW / 2] = {};
+  auto wg_math = [&](const uint4 (&wq)[COL_TILES][2], const uint32_t (&sc)[COL_TILES][2],
+                     const uint32_t (&bi)[COL_TILES][2], int step) {
+    if constexpr (WGMMA) {
+      const unsigned char* slot = wg_base + wg_slot(step) * WG_SLOT;
+      uint32_t so[COL_TILES][2];
+      odd_scales(sc, so);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        uint32_t a[COL_TILES][2][4];
+#pragma unroll
+        for (int c = 0; c < COL_TILES; ++c) dequant(wq[c], sc[c], bi[c], so[c], i, a[c]);
+        dflash2_wgmma_fence();
+#pragma unroll
+        for (int c = 0; c < COL_TILES; ++c) {
+          dflash2_wgmma<IS_BF16, NW>(wacc[c], a[c][0][0], a[c][1][0], a[c][0][1], a[c][1][1],
+                                     slot + (2 * i) * WG_KBLOCK);
+          dflash2_wgmma<IS_BF16, NW>(wacc[c], a[c][0][2], a[c][1][2], a[c][0][3], a[c][1][3],
+                                     slot + (2 * i + 1) * WG_KBLOCK);
+        }
+      }
+      dflash2_wgmma_commit();
+      dflash2_wgmma_wait<WGMMA == 2 ? 1 : 0>();  // (2: this step's left in flight)
+    }
+  };
+"""
