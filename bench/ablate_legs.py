@@ -39,8 +39,9 @@ ISSUE_PCT = (ISSUE_ACTIVE, "Issue Slots Busy")
 SHOWN = ("n_tile", "k_groups", "unroll")  # a tile's name even where they are the defaults
 # ablate's parts: 3 and 4 (mma_weights_a's register pipeline, and its bulk pipeline without
 # x_early) take the activation loads out of
-# the whole and of the math alone, so x's share of each is the difference
-LEGS = {0: "whole", 1: "loads", 2: "math", 3: "no_x", 4: "pure"}
+# the whole and of the math alone, so x's share of each is the difference; 5 keeps x's loads
+# and points each at its K group's first step (L1 hits): what is left of x's share off L2
+LEGS = {0: "whole", 1: "loads", 2: "math", 3: "no_x", 4: "pure", 5: "x_l1"}
 
 
 def leg_of(label: str, kernel: str) -> tuple[tuple, str, int] | None:
@@ -79,15 +80,17 @@ def legs(paths: list[str]) -> list[dict]:
                 slot.update(us=us, dram_pct=metric(k, *DRAM_PCT), issue_pct=metric(k, *ISSUE_PCT))
     out = []
     for (shape, dtype, m, name, params), rec in tiles.items():
-        if not any(s.startswith(("loads", "math", "no_x", "pure")) for s in rec):
+        if not any(s.startswith(("loads", "math", "no_x", "pure", "x_l1")) for s in rec):
             continue  # no leg measured: a tile of the sweep, not of an ablate set
         row = {"shape": shape, "dtype": dtype, "M": m, "variant": name,
                "tile": {k: v for k, v in params
                         if k in SHOWN or v != sp.VARIANTS[name].DEFAULTS.get(k)},
                "legs": rec}
         # the legs at one denorm mode: plain where its math alone ran, else the highest mode
-        # whose math alone ran (a bulk tile's is timed at denorm 2 only); the loads take none
-        mode = next((d for d in (0, *reversed(sp.DENORM_MODES)) if f"math_{d}" in rec), 0)
+        # whose math alone ran (a bulk tile's is timed at denorm 2 only), else whose whole
+        # ran (a set of the whole and x's legs alone); the loads take none
+        modes = (0, *reversed(sp.DENORM_MODES))
+        mode = next((d for leg in ("math", "whole") for d in modes if f"{leg}_{d}" in rec), 0)
         row["mode"] = mode
         loads, math = rec.get("loads_0", {}).get("us"), rec.get(f"math_{mode}", {}).get("us")
         whole = rec.get(f"whole_{mode}", {}).get("us")
@@ -113,9 +116,9 @@ def cell(rec: dict, key: str, extra: str | None = None) -> str:
 def markdown(rows: list[dict], sources: list[str]) -> str:
     head = ("| shape | dtype | M | variant | tile | whole | whole dn1 | whole dn2 | loads alone "
             "(DRAM %) | math alone (issue %) | math dn1 | math dn2 | longer leg | whole / longer | "
-            "whole, no x loads | math, no x loads |")
+            "whole, no x loads | math, no x loads | whole, x from L1 |")
     intro = f"Each launch alone under ncu, least-largest time over its launches, µs; from {', '.join(sources)}."
-    lines = [intro, "", head, "|" + "---|" * 16]
+    lines = [intro, "", head, "|" + "---|" * 17]
     for r in rows:
         rec, mode = r["legs"], r.get("mode", 0)
         tile = ", ".join(f"{k} {v}" for k, v in r["tile"].items())
@@ -125,7 +128,7 @@ def markdown(rows: list[dict], sources: list[str]) -> str:
             f"{cell(rec, 'loads_0', 'dram_pct')} | {cell(rec, 'math_0', 'issue_pct')} | "
             f"{cell(rec, 'math_1')} | {cell(rec, 'math_2')} | {r.get('longer_leg', '-')} | "
             f"{r.get('whole_over_longer', '-')} | {cell(rec, f'no_x_{mode}')} | "
-            f"{cell(rec, f'pure_{mode}')} |")
+            f"{cell(rec, f'pure_{mode}')} | {cell(rec, f'x_l1_{mode}')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -140,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = legs(args.csv)
     if not rows:
-        print("ablate_legs: no ablated launch (ablate 1-4) in "
+        print("ablate_legs: no ablated launch (ablate 1-5) in "
               f"{', '.join(args.csv)}: give a diagnose run's CSV", file=sys.stderr)
         return 1
     sources = [str(Path(p).resolve().relative_to(ROOT)) if Path(p).resolve().is_relative_to(ROOT)

@@ -35,6 +35,9 @@ from kernels.selection import table_path
 ABLATE_AT = {"ablate": 8, "ablate16": 16}
 # ``xcost_<shape>``: the Ms whose table tiles are timed at each of them
 XCOST_MS = (8, 16)
+# The ablates a tile takes in ``xcost_<shape>`` (every part) and ``xl1_<shape>`` (the whole,
+# without x's loads, and x's loads from L1: is what M=16 pays for x the wait on L2?)
+XCOST_ABLATES = {"xcost": range(5), "xl1": (0, 3, 5)}
 
 # The loads alone (ablate 1) of register-pipeline tiles that keep more weight bytes in flight
 # than the shipped one: does the load leg (H200: 17.2 us for gate/up against a bare read's
@@ -84,8 +87,8 @@ def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
             raise ValueError(f"no sweep set {name!r} with shape {shape!r} (sets: "
                              f"{', '.join(SETS)})")
         return [as_params(pt) for pt in SETS[name][shape]]
-    shape = kind.removeprefix("xcost_")
-    if shape != kind and shape in ("gate_up", "down"):
+    part, _, shape = kind.partition("_")
+    if part in XCOST_ABLATES and shape in ("gate_up", "down"):
         # the table's tiles of mma_weights_a for the shape (bf16, M=8 and 16) whose activation
         # loads ablate 3 and 4 take out (the register pipeline's, and the bulk pipeline's
         # without x_early), each whole and with each part taken out, at whichever M runs them:
@@ -95,11 +98,12 @@ def diagnostic_tiles(kind: str, table: dict) -> list[dict]:
                  and e["dtypes"] == ["bfloat16"] and e["shapes"][0] == shape
                  and e["variant"] == NAME and takes_x_ablate(e["params"])]
         tiles = [t for i, t in enumerate(tiles) if t not in tiles[:i]]
-        return [{**t, "ablate": a} for t in tiles for a in range(5)]
+        return [{**t, "ablate": a} for t in tiles for a in XCOST_ABLATES[part]]
     if kind not in ABLATE_AT:
         raise ValueError(f"no diagnostic tiles named {kind!r} (balanced, cluster, loads, "
                          f"denorm_gate_up, denorm_down, bulk_gate_up, bulk_down, "
-                         f"xcost_gate_up, xcost_down, {', '.join(ABLATE_AT)})")
+                         f"xcost_gate_up, xcost_down, xl1_gate_up, xl1_down, "
+                         f"{', '.join(ABLATE_AT)})")
     out = []
     for e in table["entries"]:
         if (e["devices"] == ["sm_90"] and e["M"] == ABLATE_AT[kind] and e["dtypes"] == ["bfloat16"]
@@ -125,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: diagnostic_tiles.py balanced|cluster|loads|denorm_gate_up|denorm_down|"
-              "bulk_gate_up|bulk_down|xcost_gate_up|xcost_down|ablate|ablate16|set:NAME:SHAPE",
+              "bulk_gate_up|bulk_down|xcost_gate_up|xcost_down|xl1_gate_up|xl1_down|ablate|"
+              "ablate16|set:NAME:SHAPE",
               file=sys.stderr)
         return 2
     table = json.loads(table_path().read_text())  # the table in effect, as the runtime reads it

@@ -92,12 +92,13 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                                  f"not M={m}, stages={stages}, bulk={bulk}, col_warps={col_warps}, "
                                  f"cluster={cluster}, x_share={x_share}")
     if wgmma and (col_warps != 4 or bulk or cluster > 1 or x_share or x_early
-                  or row_warps > 1 or int(p.get("x_prefetch", 0)) or (ablate >= 3 and stages)):
+                  or row_warps > 1 or int(p.get("x_prefetch", 0)) or (ablate >= 3 and stages)
+                  or ablate == 5):
         raise tiling.TilingError(f"{name}: wgmma makes each K group's 4 warps a warpgroup whose "
                                  f"activations it stages itself, in the register pipeline "
                                  f"or the cp.async ring (col_warps=4, bulk=0, cluster=1, x_share=0, "
                                  f"x_early=0, row_warps=1, x_prefetch=0; ablate 3 and 4 "
-                                 f"off the ring), not "
+                                 f"off the ring, never 5), not "
                                  f"col_warps={col_warps}, bulk={bulk}, "
                                  f"cluster={cluster}, x_share={x_share}, x_early={x_early}, "
                                  f"row_warps={row_warps}, x_prefetch={p.get('x_prefetch', 0)}, "
@@ -266,7 +267,8 @@ def _register_alone(p: Mapping) -> bool:
 
 
 def takes_x_ablate(p: Mapping) -> bool:
-    """Whether ``ablate`` 3 and 4 (x's words made up in load_x) can run on a tile of
+    """Whether ``ablate`` 3 and 4 (x's words made up in load_x), and 5 off wgmma (each step's
+    loads from its K group's first step), can run on a tile of
     mma_weights_a: the register pipeline alone, or the bulk pipeline without x_early (whose
     load_x they are); bench/diagnostic_tiles.py picks its xcost tiles by it. On a wgmma tile of
     the register pipeline they leave x unstaged: no load, no barrier a step, B the zeros it

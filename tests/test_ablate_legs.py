@@ -89,15 +89,29 @@ def test_a_tile_whose_math_alone_ran_at_denorm_2_only_is_read_at_denorm_2(tmp_pa
 
 
 def test_the_whole_and_the_math_without_x_loads_are_legs_at_the_tiles_mode(tmp_path):
-    """ablate 3 (the whole without the activation loads) and 4 (the math without them) are
-    legs of their own, read at the same denorm mode as the row's other legs, and shown."""
+    """ablate 3 (the whole without the activation loads), 4 (the math without them) and 5 (x's
+    loads from L1) are legs of their own, read at the same denorm mode as the row's other
+    legs, and shown."""
     csv = tmp_path / "ncu.csv"
-    times = {0: 30.0, 1: 21.0, 2: 24.0, 3: 26.5, 4: 17.5}  # by ablate, the tile at denorm 2
+    times = {0: 30.0, 1: 21.0, 2: 24.0, 3: 26.5, 4: 17.5, 5: 27.25}  # by ablate, at denorm 2
     csv.write_text(csv_of([(f"gate_up bfloat16 M=16 tile {TILE}, 'denorm': 2, 'ablate': {a}}}",
                             WA, us) for a, us in times.items()]))
     (row,) = al.legs([str(csv)])
     us = {k: v["us"] for k, v in row["legs"].items()}
     assert us == {"whole_2": 30.0, "loads_0": 21.0, "math_2": 24.0, "no_x_2": 26.5,
-                  "pure_2": 17.5}
+                  "pure_2": 17.5, "x_l1_2": 27.25}
     assert row["mode"] == 2 and row["longer_leg"] == "math (dn2)"
-    assert "| 26.5 | 17.5 |" in al.markdown([row], ["ncu.csv"])
+    assert "| 26.5 | 17.5 | 27.2 |" in al.markdown([row], ["ncu.csv"])
+
+
+def test_a_set_of_the_whole_and_x_legs_alone_reads_them_at_the_wholes_mode(tmp_path):
+    """The xl1 set times a bulk tile at denorm 2 whole, without x's loads and with x from L1,
+    and no math alone: the row takes the whole's mode, so its x legs show (they read '-' at
+    mode 0 before)."""
+    csv = tmp_path / "ncu.csv"
+    times = {0: 36.0, 3: 26.0, 5: 32.0}
+    csv.write_text(csv_of([(f"gate_up bfloat16 M=16 tile {TILE}, 'denorm': 2, 'ablate': {a}}}",
+                            WA, us) for a, us in times.items()]))
+    (row,) = al.legs([str(csv)])
+    assert row["mode"] == 2 and "longer_leg" not in row
+    assert "| 26.0 | - | 32.0 |" in al.markdown([row], ["ncu.csv"])

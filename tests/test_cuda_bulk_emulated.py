@@ -201,7 +201,8 @@ def test_bulk_ablate_takes_out_the_part_it_names():
     """The bulk tiles' legs as the device times them: ``ablate`` 1, the ring's words read back
     and no math (every output zero); 2, no weights copied, the math alone on words made up
     from the step (the output no longer depends on w); 3, x's words made up (the whole
-    without x's loads: on x no longer); 4, both made up. The emulator runs each."""
+    without x's loads: on x no longer); 4, both made up; 5, x's loads each from the K group's
+    first step (L1 hits after it). The emulator runs each."""
     k, dt = 5120, "bfloat16"
     x = _x(8, k, dt)
     qa = _weights(64, k, dt)
@@ -225,6 +226,13 @@ def test_bulk_ablate_takes_out_the_part_it_names():
             for xx, q in ((x, qa), (xb, qb))]
     assert np.array_equal(pure[0], pure[1])
     assert not np.array_equal(pure[0], no_x[0]) and not np.array_equal(pure[0], math[0])
+    # 5: every step's x loads read the K group's first step (the whole on x so repeated)
+    gk = k // p["k_groups"]
+    x_first = mx.concatenate([mx.tile(x[:, g * gk:g * gk + 128], (1, gk // 128))
+                              for g in range(p["k_groups"])], axis=1)
+    hot = np.array(launch.launch(NAME, x, qa, {**p, "ablate": 5}).astype(mx.float32))
+    assert np.array_equal(hot, np.array(launch.launch(NAME, x_first, qa, p).astype(mx.float32)))
+    assert not np.array_equal(hot, whole)
 
 
 def test_a_bad_copies_mode_is_refused_with_one_line():

@@ -232,6 +232,37 @@ def test_ablate_3_and_4_take_out_the_activation_loads(m, extra):
                                        "ablate": 3})
 
 
+def _first_steps(x: mx.array, k_groups: int) -> mx.array:
+    """x with every K step of each K group made that group's first step's 128 activations."""
+    gk = x.shape[1] // k_groups
+    return mx.concatenate([mx.tile(x[:, g * gk:g * gk + 128], (1, gk // 128))
+                           for g in range(k_groups)], axis=1)
+
+
+@pytest.mark.parametrize("m, extra", [(8, {}), (16, {"x_early": 1})])
+def test_ablate_5_loads_each_k_groups_first_step_of_x_every_step(m, extra):
+    """ablate 5 keeps every activation load and makes each one read its K group's first step,
+    lines L1 holds after that step (a time of x's loads that do not wait on L2, not a result):
+    bit for bit the whole kernel given x with each group's first step repeated, and not the
+    kernel's output on x. Refused on wgmma, whose x goes through shared memory. (The tiles of
+    the ablate 3 and 4 test, so the whole kernels' builds are shared; the bulk pipeline's case
+    is in test_cuda_bulk_emulated.)"""
+    k, dt = 1024, "bfloat16"
+    qw, x = _case(k, dt), _x(m, k, dt)
+    p = {"n_tile": 32, "k_groups": 2, "unroll": 2, **extra}
+
+    def run(xx, ablate):
+        return np.array(launch.launch("mma_weights_a", xx, qw, {**p, "ablate": ablate})
+                        .astype(mx.float32))
+    hot = run(x, 5)
+    assert np.array_equal(hot, run(_first_steps(x, p["k_groups"]), 0))
+    assert not np.array_equal(hot, run(x, 0))
+    wg = {**VARIANTS["mma_weights_a"].DEFAULTS, "n_tile": 16, "k_groups": 2, "unroll": 1,
+          "prefetch": 1, "col_warps": 4, "wgmma": 1, "ablate": 5}
+    with pytest.raises(TilingError, match="never 5"):
+        cuda_config.launch_config("mma_weights_a", 8, k, 256, 64, dt, wg)
+
+
 def test_a_table_entry_that_selects_an_ablated_kernel_is_refused():
     from kernels.selection import build_table
     entry = {"devices": ["sm_90"], "dtypes": ["bfloat16"], "M": 8, "bits": 4,

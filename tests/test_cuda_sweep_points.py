@@ -263,8 +263,22 @@ def test_the_xcost_tiles_are_the_tables_register_tiles_with_each_part_out_and_la
     bulk = {**ring, "params": {**ring["params"], "bulk": 3}}
     assert [t["ablate"] for t in dt.diagnostic_tiles("xcost_down", {"entries": [bulk]})] == [
         0, 1, 2, 3, 4]
+    # xl1_<shape>: the same tiles, whole, without x's loads and with x's loads from L1 (5)
+    assert [t["ablate"] for t in dt.diagnostic_tiles("xl1_down", {"entries": [bulk]})] == [
+        0, 3, 5]
+    for shape in ("gate_up", "down"):
+        xl1 = dt.diagnostic_tiles(f"xl1_{shape}", table)
+        assert [t for t in xl1 if t["ablate"] != 5] == [
+            t for t in dt.diagnostic_tiles(f"xcost_{shape}", table) if t["ablate"] in (0, 3)]
+        assert [t["ablate"] for t in xl1].count(5) == len(xl1) // 3 > 0
+        k, n = cv.SHAPES[shape]
+        for t in xl1:
+            assert cuda.launch_config(sp.NAME, 16, k, n, 64, "bfloat16", t).template[
+                "ABLATE"] == t["ablate"]
     with pytest.raises(ValueError, match="xcost_gate_up"):
         dt.diagnostic_tiles("xcost_vocab", table)
+    with pytest.raises(ValueError, match="xl1_gate_up"):
+        dt.diagnostic_tiles("xl1_vocab", table)
 
 
 def test_a_sweep_sets_points_are_tiles_for_ncu_alone_and_a_bad_name_is_one_error():

@@ -161,6 +161,7 @@ __device__ __forceinline__ void dflash2_prefetch_l1(const void* p) {
 }
 template <int PENDING>
 __device__ __forceinline__ void dflash2_cp_async_wait() {}
+__device__ __forceinline__ int dflash2_opaque(int v) { return v; }
 """
 # The bulk pipeline's mbarriers and bulk copies on the executor's (metal_emu_hooks.h), which
 # keeps each barrier's state in its 8 bytes and checks every copy's size, alignment and source

@@ -127,6 +127,14 @@ template <int PENDING>
 __device__ __forceinline__ void dflash2_cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" :: "n"(PENDING) : "memory");
 }
+// v, through a move the compiler cannot see through (not volatile: it schedules freely):
+// ablate 5's loads of one step's x stay one load a step, as the whole kernel's, rather than
+// one hoisted load for every step.
+__device__ __forceinline__ int dflash2_opaque(int v) {
+  int r;
+  asm("mov.b32 %0, %1;\n" : "=r"(r) : "r"(v));
+  return r;
+}
 """
 # sm_90 bulk copies (the TMA's 1-D form) into shared memory, completed on an mbarrier, and the
 # mbarrier operations a producer warp and its consumer warps synchronise a ring with (PTX only;

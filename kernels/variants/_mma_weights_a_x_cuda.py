@@ -1,7 +1,8 @@
 """Where ``mma_weights_a``'s register pipeline gets each K step's activations, a fragment of its
 CUDA kernel body: ``load_x`` from global memory (L1/L2; with X_PREFETCH its lines brought into
 L1 steps ahead), from the block's shared slot (X_SHARE), from the warp's cp.async ring
-(X_EARLY 3), to the warpgroup's slot in wgmma's layout (WGMMA) or made up (ABLATE 3 and 4).
+(X_EARLY 3), to the warpgroup's slot in wgmma's layout (WGMMA), made up (ABLATE 3 and 4) or
+always those of the K group's first step (ABLATE 5: L1 hits after it, the same instructions).
 Kept apart from ``_mma_weights_a_cuda`` (which splices it in before the math) because the ways
 to bring x are the levers the M=16 runs of 2026-12-07 turned (bench/results/h100/xcost_1037 and
 after); it uses that body's lane bases (``x_lane``, ``g``, ``t``, ``warp``, ``lane``,
@@ -132,7 +133,7 @@ LOAD_X = r"""  // X_SHARE (one K group a block): the block's threads load a K st
 #pragma unroll
         for (int i = 0; i < 4; ++i) xa[mt][i] = row < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
       }
-    } else if constexpr (ABLATE >= 3) {  // no activation loads: the words made up
+    } else if constexpr (ABLATE == 3 || ABLATE == 4) {  // no activation loads: made up
 #pragma unroll
       for (int mt = 0; mt < M_TILES; ++mt) {
         const int row = 8 * mt + g;
@@ -170,10 +171,14 @@ LOAD_X = r"""  // X_SHARE (one K group a block): the block's threads load a K st
           if (step + X_PREFETCH < end) dflash2_prefetch_l1(line + (step + X_PREFETCH) * 128);
         }
       }
+      // ABLATE 5: every step loads the K group's first step's activations, the same loads
+      // from lines L1 holds after that step: what x costs when its loads do not wait on L2
+      // (plus the step less itself, opaque, so that each step keeps its own loads)
+      const int x_step = ABLATE == 5 ? kgroup * GROUP_STEPS + (dflash2_opaque(step) - step) : step;
 #pragma unroll
       for (int mt = 0; mt < M_TILES; ++mt) {
         const int row = 8 * mt + g;
-        const uint4* xp = reinterpret_cast<const uint4*>(x_lane + 8 * mt * K + step * 128);
+        const uint4* xp = reinterpret_cast<const uint4*>(x_lane + 8 * mt * K + x_step * 128);
 #pragma unroll
         for (int i = 0; i < 4; ++i) xa[mt][i] = row < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
       }

@@ -178,7 +178,7 @@ CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"
                                     ("l2_prefetch", (128, 256)), ("x_early", (0, 1, 2, 3)),
                                     ("min_blocks", (0, 2, 3, 4, 5, 6)), ("bulk", (0, 1, 2, 3)),
                                     ("hi_in_place", (0, 1)), ("denorm", (0, 1, 2)),
-                                    ("ablate", (0, 1, 2, 3, 4)), ("col_warps", (1, 2, 4, 8)),
+                                    ("ablate", (0, 1, 2, 3, 4, 5)), ("col_warps", (1, 2, 4, 8)),
                                     ("cluster", (1, 2, 4, 8)), ("x_share", (0, 1)),
                                     ("row_warps", (1, 2)), ("x_prefetch", (0, 1, 2, 3, 4, 8)),
                                     ("lag", (-1, 0, 1, 2, 3)), ("x_ahead", (0, 1)),
