@@ -3,7 +3,8 @@ also holds ``mma_group_sums``' tiles).
 
 Data, kept apart from the sweep (bench/cuda_verify_cold_sweep.py) that runs it: each earlier
 set is the record of what a run in bench/results/h200/ timed, with the tree it needed (the
-ones no longer built on are in bench/sweep_records.py); the ``POINTS`` set is the next device
+ones no longer built on are in bench/sweep_records.py, the warpgroup tiles' in
+bench/sweep_records_wgmma.py); the ``POINTS`` set is the next device
 session's, in priority order. A point is a tuple (n_tile, k_groups, unroll, prefetch, stages[,
 l2_prefetch[, x_early]]) or (tuple, {key: value}). The helpers turn a point into
 the params a launch takes, and a sweep row back into its tile. The diagnose runs' tiles, built
@@ -15,6 +16,8 @@ from __future__ import annotations
 from sweep_records import (
     BULK3_TILES_2026_12_05,
     BULK3_XRING_TILES_2026_12_05,
+    BULK_F16,
+    BULK_LAG,
     BULK_TILES_2026_12_05,
     DN,
     GU,
@@ -24,10 +27,14 @@ from sweep_records import (
     POINTS_2026_12_04_BULK_PACKED,
     POINTS_2026_12_04_BULK_ROWS,
     ROWWARPS_M16_TILES_2026_12_07,
+    X_AHEAD,
+    XPREFETCH,
+    XRING_M16,
     XSHARE_M16_TILES_2026_12_07,
     XSHARE_TILES_2026_12_07,
     XSHARE_U2_M16_TILES_2026_12_07,
 )
+from sweep_records_wgmma import WGMMA, WGMMA_ABLATE, WGMMA_NEXT, WGMMA_RING
 
 from kernels.variants import VARIANTS
 
@@ -200,122 +207,6 @@ BULK_M16 = {"gate_up": [((32, 4, 1, 0, 2), {"bulk": 3, **DENORM_2}),
                         ((16, 4, 1, 0, 2), {"bulk": 3, **DENORM_2}),
                         (32, 4, 1, 0, 0, 128, 1),
                         ((32, 4, 1, 0, 0, 128, 1), DENORM_2)]}
-# x_early 3 (built 2026-12-07 11:40 UTC with no device; bit for bit on the CUDA emulator): each
-# lane's activations through its warp's cp.async ring of 2 K steps, one step ahead, in the
-# register pipeline. At M=16 the u2 denorm-2 tile took 49.0 us whole and 24.5 without x's loads
-# (an H100, bench/results/h100/xcost_1037); x ahead in registers costs 150-166 registers
-# (x_delivery_m16). nvcc 13, bf16 M=16: gate/up 32 x 4 u1 denorm 2 83 registers, u2 120 (min_blocks
-# 5: 96, 12 bytes spilled), 40 KiB of shared memory (5 blocks an SM); k_groups 8 does not fit
-# 48 KiB at M=16.
-# Beside the table's M=16 tiles and their denorm-2 twins, timed at --point-m 16. Timed on an H100
-# at 11:47 UTC (bench/results/h100/xring_m16_1147): bit for bit, slower than the table's tiles
-# (gate/up u2 36 us against 31.7-32.3; its copies miss L1, L2 traffic 127-193 MB against 111).
-XRING_M16 = {"gate_up": [((32, 4, 1, 0, 0, 128, 3), DENORM_2), ((32, 4, 2, 0, 0, 128, 3), DENORM_2),
-                         ((32, 4, 2, 0, 0, 128, 3, 5), DENORM_2), ((32, 4, 2, 0, 0), DENORM_2),
-                         ((32, 4, 1, 0, 0, 128, 1), DENORM_2), (32, 4, 1, 0, 0, 128, 1)],
-             "down": [((32, 4, 1, 0, 0, 128, 3), DENORM_2), ((32, 4, 2, 0, 0, 128, 3), DENORM_2),
-                      ((32, 4, 2, 0, 0), DENORM_2), ((32, 8, 2, 0, 0, 128, 1), DENORM_2),
-                      (32, 8, 2, 0, 0, 128, 1)]}
-# x_prefetch (2026-12-07 14:00 UTC): x's lines brought into L1 2 or 3 K steps ahead. On an H100
-# (bench/results/h100/bulk_xcost_1314) the candidate bulk tile's x cost 1.8 us of 22.9-23.8
-# (ablate 3: 21.1-22.0) with x already read about once an SM from L2 (87.3 MB against 77.1
-# without x), down's bulk tile 3.4 us, gate/up's at M=16 10.5: the wait is each step's first
-# read from L2, one step ahead. Each tile at 0 (its baseline in the same run), 2 and 3; the
-# bulk tile at 3 also held to 5 blocks an SM (nvcc 13, bf16 M=8: 92, 96, 104 registers; 104
-# fits 4). The table's M=8 and M=16 register tiles, and the chosen table's bulk tiles.
-_XP = (0, 2, 3)
-_BULK_GU, _BULK_DN = (32, 4, 1, 0, 2, 128, 0, 0, 3), (16, 8, 1, 0, 4, 128, 0, 0, 3)
-XPREFETCH = {"gate_up": [*((_BULK_GU, {**DENORM_2, "x_prefetch": d}) for d in _XP),
-                         ((32, 4, 1, 0, 2, 128, 0, 5, 3), {**DENORM_2, "x_prefetch": 3}),
-                         *(((32, 4, 2, 0, 0), {**DENORM_2, "x_prefetch": d}) for d in _XP),
-                         *(((32, 4, 1, 0, 0, 128, 1), {"x_prefetch": d}) for d in _XP)],
-             "down": [*((_BULK_DN, {**DENORM_2, "x_prefetch": d}) for d in _XP),
-                      *(((32, 8, 2, 0, 0, 128, 1), {"x_prefetch": d}) for d in _XP)]}
-# lag (2026-12-07 14:10 UTC): which slot bulk 3's leader refills. 3 stages at the default lag 1
-# run the ring no further ahead than 2 stages at lag 0 (one stage in flight while one is read),
-# with more shared memory: they were slower (H200 20.4-21.2 us against 19.7; an H100 without
-# x's loads 22.1-22.7 against 21.1-22.0, bench/results/h100/bulk_xcost_1314). lag 0 at 3 and 4
-# stages keeps 2 and 3 stages in flight; lag 1 at 4 stages 2, without waiting on the slowest
-# warp. gate/up's table tile first (2 stages); down's bulk tile beside the table's group sums.
-_BULK_LAG = ((32, 4, 1, 0, 3, 128, 0, 0, 3), (32, 4, 1, 0, 4, 128, 0, 0, 3))
-BULK_LAG = {"gate_up": [(_BULK_GU, DENORM_2),
-                        *((pt, {**DENORM_2, "lag": lag}) for pt in _BULK_LAG for lag in (0, 1))],
-            "down": [((16, 8, 1, 1, 0), {**GSUMS, **LATE}), (_BULK_DN, DENORM_2),
-                     (_BULK_DN, {**DENORM_2, "lag": 0}),
-                     ((16, 8, 1, 0, 3, 128, 0, 0, 3), {**DENORM_2, "lag": 0})]}
-# fp16 (2026-12-07 15:40 UTC): bulk 3 has been timed in bf16 alone. fp16's gate/up table tile
-# (group sums, 32 x 4, x_early 1) is 4.4 us over the goal on the H200 against bf16's 2.1 with the
-# bulk tile. fp16's denorm 2 needs |scale| < 2^-8, which the bench's gate/up weights exceed, so
-# its bulk tiles at denorm 1 (|scale| < 2^-4) and hi_in_place (no limit), beside fp16's table
-# tiles, at their shapes: each its own plain twin for the bit-exact check. Timed on an H100 at
-# 16:06 UTC (bench/results/h100/xahead_f16_1604): gate/up's bulk tile at denorm 1 23.0-23.2 us
-# alone against the table tile's 26.1-27.0, and ahead batched and in a chain; down's ahead
-# alone, behind batched. Not yet on an H200 (bench/results/h200/RUNS.md's plan).
-_F16 = ({"denorm": 1}, {"hi_in_place": 1})
-BULK_F16 = {"gate_up": [((32, 4, 1, 0, 0, 128, 1), GSUMS),
-                        *((_BULK_GU, lever) for lever in _F16), _BULK_GU],
-            "down": [((16, 8, 1, 1, 0), {**GSUMS, **LATE}),
-                     *((_BULK_DN, {**lever, "lag": 0}) for lever in _F16),
-                     ((16, 8, 1, 0, 3, 128, 0, 0, 3), {"denorm": 1, "lag": 0})]}
-# x_ahead (2026-12-07 16:00 UTC): bulk 3's activations two K steps ahead in registers, not
-# one (43% of its stall samples waited on the next step's x: ../h100/bulk3_stalls_1632). nvcc
-# 13 for sm_90, bf16 M=8: gate/up 92 -> 112 registers (4 blocks an SM: 544 blocks in 1.03
-# waves), held to 5 by min_blocks 5 at 96 with 56 bytes spilled; down 71 -> 88 (2 blocks of 256
-# threads an SM), held to 3 by min_blocks 3. Each beside its tile without it. Timed on an H100
-# at 16:05 UTC (bench/results/h100/xahead_f16_1604): slower everywhere (gate/up 29.0-30.0 us
-# against 23.0-23.3; held to 5 blocks it spills, 28.2; down 32.4 against 27.9-28.1).
-X_AHEAD = {"gate_up": [(_BULK_GU, DENORM_2), (_BULK_GU, {**DENORM_2, "x_ahead": 1}),
-                       ((32, 4, 1, 0, 2, 128, 0, 5, 3), {**DENORM_2, "x_ahead": 1})],
-           "down": [(_BULK_DN, {**DENORM_2, "lag": 0}),
-                    ((16, 8, 1, 0, 4, 128, 0, 3, 3), {**DENORM_2, "lag": 0, "x_ahead": 1})]}
-# wgmma (2026-12-07 17:30 UTC, no device yet; bit for bit on the CUDA emulator): each K group's
-# 4 warps a warpgroup (col_warps 4: 64 columns a K group, n_tile 16 a warp), each word's mma
-# pair one wgmma with x staged once a warpgroup in shared memory, so M=16 is one instruction as
-# M=8 is. nvcc 13 for sm_90a, gate/up bf16 16 x 2 u2: 119 registers at M=8, 127 at M=16, 12 and
-# 24 KiB of shared memory. gate/up has 272 warpgroups' worth of columns; down only 80, so its
-# blocks hold 2 or 4 K groups (512 threads at most: 127 registers). Timed at M=8 and at M=16
-# (--point-m 16) beside the table's tiles at each.
-WG = {"col_warps": 4, "wgmma": 1}
-WGMMA = {"gate_up": [((16, 1, 2, 0, 0), WG), ((16, 1, 4, 0, 0), WG), ((16, 2, 2, 0, 0), WG),
-                     ((16, 2, 1, 1, 0), WG), ((16, 4, 1, 0, 0), WG),
-                     ((16, 1, 1, 1, 0), WG), ((16, 1, 2, 1, 0), WG),
-                     ((16, 1, 2, 0, 0), {**WG, **DENORM_2}),
-                     (_BULK_GU, DENORM_2), (32, 4, 1, 0, 0, 128, 1)],
-         "down": [((16, 2, 2, 0, 0), WG), ((16, 4, 2, 0, 0), WG), ((16, 4, 1, 1, 0), WG),
-                  ((16, 8, 1, 1, 0), {**GSUMS, **LATE}), (32, 8, 2, 0, 0, 128, 1)]}
-# Timed on an H100 at 17:49 UTC (bench/results/h100/wgmma_1749): bit for bit against the
-# register twins at M=8 and 16 (and fp16 at 16), and slow: gate/up's best, 16 x 1 u2 prefetch,
-# 36.7-38.2 us at M=8 (the table's bulk tile 22.9-23.5); 16 x 1 u1 prefetch the flattest, 38.7 /
-# 40.1 / 42.5 us at M = 1 / 8 / 16. 8 warps an SM (272 blocks of 4), 12.8% warps active: too
-# few bytes in flight. The cp.async ring gives each warp stages - 1 K steps in flight without
-# registers (nvcc: 80 at M=8, 89 at M=16 with 4 stages; 5-6 blocks an SM fit).
-# With 2 K groups a block, min_blocks 3 holds 3 blocks an SM (nvcc: 63 and 71 registers at M=8
-# and 16, no spill), so gate/up's 272 blocks run in one wave, not 1.03.
-WGMMA_RING = {shape: [((16, 1, 1, 0, 4), WG), ((16, 1, 1, 0, 6), WG), ((16, 2, 1, 0, 2), WG),
-                      ((16, 2, 1, 0, 2, 128, 0, 3), WG), ((16, 1, 1, 1, 0), WG),
-                      *WGMMA[shape][-2:]]
-              for shape in ("gate_up", "down")}
-# Timed on the H200 at 20:03 UTC (bench/results/h200/wgmma_ring_2003): the ring was slower than
-# the register tiles (37.6-49.7 us at M=8 against 36.9-38.6), so loads of w in flight are not
-# what holds wgmma. Each step's x is loaded one step ahead and its latency met at the next
-# step's barrier, on every tile, and each step waits for its own wgmma. Built 2026-12-07 21:00
-# UTC, bit for bit on the CUDA emulator, not yet timed: x_ahead (x three steps ahead in
-# registers) and wgmma 2 (each step's wgmma left in flight through the next: three x slots,
-# wait_group 1; register pipeline with two steps of code a loop), each beside its twin.
-AHEAD = {**WG, "x_ahead": 1}
-INFLIGHT = {**WG, "wgmma": 2}
-WGMMA_NEXT = {"gate_up": [((16, 1, 1, 1, 0), WG), ((16, 1, 1, 1, 0), AHEAD),
-                          ((16, 1, 1, 1, 0), INFLIGHT), ((16, 1, 1, 1, 0), {**AHEAD, "wgmma": 2}),
-                          ((16, 2, 1, 0, 2), WG), ((16, 2, 1, 0, 2), AHEAD),
-                          ((16, 1, 2, 0, 0), INFLIGHT),
-                          ((16, 2, 1, 1, 0), {**AHEAD, "wgmma": 2}), *WGMMA["gate_up"][-2:]],
-              "down": [((16, 2, 1, 0, 2), WG), ((16, 2, 1, 0, 2), AHEAD),
-                       ((16, 4, 1, 1, 0), WG), ((16, 4, 1, 1, 0), AHEAD),
-                       ((16, 2, 1, 1, 0), {**AHEAD, "wgmma": 2}), *WGMMA["down"][-2:]]}
-# What x's staging costs a wgmma tile (no step loads or stages x, no barrier a step: ablate 3;
-# the weights made up too: 4), beside the whole tile; a time, never a result (B stays zeros).
-WGMMA_ABLATE = {"gate_up": [((16, 1, 1, 1, 0), {**w, "ablate": a}) for w in (WG, INFLIGHT)
-                            for a in (0, 3, 4)]}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}

@@ -112,7 +112,8 @@ BULK3_XRING_TILES_2026_12_05 = {
 # The warp-layout levers of 2026-12-07, each timed on an H100 and not kept (the constants as
 # bench/sweep_points has them: denorm 2; the group sums with late scales).
 _DENORM_2 = {"denorm": 2}
-_GSUMS_LATE = {"variant": "mma_group_sums", "late_scales": 1}
+_GSUMS = {"variant": "mma_group_sums"}
+_GSUMS_LATE = {**_GSUMS, "late_scales": 1}
 
 
 # Added 2026-12-07: mma_weights_a's ``col_warps`` W and ``cluster`` S, so that x is read once
@@ -189,3 +190,75 @@ ROWWARPS_M16_TILES_2026_12_07 = {"gate_up": [_rw((32, 4, 1, 0, 0, 128, 1)), _rw(
                          _rw((32, 8, 2, 0, 0, 128, 1), _DENORM_2), _rw((16, 8, 1, 1, 0)),
                          _rw((32, 4, 2, 0, 0)), _rw((16, 8, 2, 0, 0, 128, 1)),
                          (32, 8, 2, 0, 0, 128, 1), (32, 8, 2, 0, 0), (16, 8, 1, 1, 0)]}
+
+
+# The ways of bringing x and the bulk ring's refinements of 2026-12-07 (moved here from
+# bench/sweep_points.py once each had run).
+# x_early 3 (built 2026-12-07 11:40 UTC with no device; bit for bit on the CUDA emulator): each
+# lane's activations through its warp's cp.async ring of 2 K steps, one step ahead, in the
+# register pipeline. At M=16 the u2 denorm-2 tile took 49.0 us whole and 24.5 without x's loads
+# (an H100, bench/results/h100/xcost_1037); x ahead in registers costs 150-166 registers
+# (x_delivery_m16). nvcc 13, bf16 M=16: gate/up 32 x 4 u1 denorm 2 83 registers, u2 120 (min_blocks
+# 5: 96, 12 bytes spilled), 40 KiB of shared memory (5 blocks an SM); k_groups 8 does not fit
+# 48 KiB at M=16.
+# Beside the table's M=16 tiles and their denorm-2 twins, timed at --point-m 16. Timed on an H100
+# at 11:47 UTC (bench/results/h100/xring_m16_1147): bit for bit, slower than the table's tiles
+# (gate/up u2 36 us against 31.7-32.3; its copies miss L1, L2 traffic 127-193 MB against 111).
+XRING_M16 = {"gate_up": [((32, 4, 1, 0, 0, 128, 3), _DENORM_2), ((32, 4, 2, 0, 0, 128, 3), _DENORM_2),
+                         ((32, 4, 2, 0, 0, 128, 3, 5), _DENORM_2), ((32, 4, 2, 0, 0), _DENORM_2),
+                         ((32, 4, 1, 0, 0, 128, 1), _DENORM_2), (32, 4, 1, 0, 0, 128, 1)],
+             "down": [((32, 4, 1, 0, 0, 128, 3), _DENORM_2), ((32, 4, 2, 0, 0, 128, 3), _DENORM_2),
+                      ((32, 4, 2, 0, 0), _DENORM_2), ((32, 8, 2, 0, 0, 128, 1), _DENORM_2),
+                      (32, 8, 2, 0, 0, 128, 1)]}
+# x_prefetch (2026-12-07 14:00 UTC): x's lines brought into L1 2 or 3 K steps ahead. On an H100
+# (bench/results/h100/bulk_xcost_1314) the candidate bulk tile's x cost 1.8 us of 22.9-23.8
+# (ablate 3: 21.1-22.0) with x already read about once an SM from L2 (87.3 MB against 77.1
+# without x), down's bulk tile 3.4 us, gate/up's at M=16 10.5: the wait is each step's first
+# read from L2, one step ahead. Each tile at 0 (its baseline in the same run), 2 and 3; the
+# bulk tile at 3 also held to 5 blocks an SM (nvcc 13, bf16 M=8: 92, 96, 104 registers; 104
+# fits 4). The table's M=8 and M=16 register tiles, and the chosen table's bulk tiles.
+_XP = (0, 2, 3)
+BULK_GU, BULK_DN = (32, 4, 1, 0, 2, 128, 0, 0, 3), (16, 8, 1, 0, 4, 128, 0, 0, 3)
+XPREFETCH = {"gate_up": [*((BULK_GU, {**_DENORM_2, "x_prefetch": d}) for d in _XP),
+                         ((32, 4, 1, 0, 2, 128, 0, 5, 3), {**_DENORM_2, "x_prefetch": 3}),
+                         *(((32, 4, 2, 0, 0), {**_DENORM_2, "x_prefetch": d}) for d in _XP),
+                         *(((32, 4, 1, 0, 0, 128, 1), {"x_prefetch": d}) for d in _XP)],
+             "down": [*((BULK_DN, {**_DENORM_2, "x_prefetch": d}) for d in _XP),
+                      *(((32, 8, 2, 0, 0, 128, 1), {"x_prefetch": d}) for d in _XP)]}
+# lag (2026-12-07 14:10 UTC): which slot bulk 3's leader refills. 3 stages at the default lag 1
+# run the ring no further ahead than 2 stages at lag 0 (one stage in flight while one is read),
+# with more shared memory: they were slower (H200 20.4-21.2 us against 19.7; an H100 without
+# x's loads 22.1-22.7 against 21.1-22.0, bench/results/h100/bulk_xcost_1314). lag 0 at 3 and 4
+# stages keeps 2 and 3 stages in flight; lag 1 at 4 stages 2, without waiting on the slowest
+# warp. gate/up's table tile first (2 stages); down's bulk tile beside the table's group sums.
+_BULK_LAG = ((32, 4, 1, 0, 3, 128, 0, 0, 3), (32, 4, 1, 0, 4, 128, 0, 0, 3))
+BULK_LAG = {"gate_up": [(BULK_GU, _DENORM_2),
+                        *((pt, {**_DENORM_2, "lag": lag}) for pt in _BULK_LAG for lag in (0, 1))],
+            "down": [((16, 8, 1, 1, 0), _GSUMS_LATE), (BULK_DN, _DENORM_2),
+                     (BULK_DN, {**_DENORM_2, "lag": 0}),
+                     ((16, 8, 1, 0, 3, 128, 0, 0, 3), {**_DENORM_2, "lag": 0})]}
+# fp16 (2026-12-07 15:40 UTC): bulk 3 has been timed in bf16 alone. fp16's gate/up table tile
+# (group sums, 32 x 4, x_early 1) is 4.4 us over the goal on the H200 against bf16's 2.1 with the
+# bulk tile. fp16's denorm 2 needs |scale| < 2^-8, which the bench's gate/up weights exceed, so
+# its bulk tiles at denorm 1 (|scale| < 2^-4) and hi_in_place (no limit), beside fp16's table
+# tiles, at their shapes: each its own plain twin for the bit-exact check. Timed on an H100 at
+# 16:06 UTC (bench/results/h100/xahead_f16_1604): gate/up's bulk tile at denorm 1 23.0-23.2 us
+# alone against the table tile's 26.1-27.0, and ahead batched and in a chain; down's ahead
+# alone, behind batched. Not yet on an H200 (bench/results/h200/RUNS.md's plan).
+_F16 = ({"denorm": 1}, {"hi_in_place": 1})
+BULK_F16 = {"gate_up": [((32, 4, 1, 0, 0, 128, 1), _GSUMS),
+                        *((BULK_GU, lever) for lever in _F16), BULK_GU],
+            "down": [((16, 8, 1, 1, 0), _GSUMS_LATE),
+                     *((BULK_DN, {**lever, "lag": 0}) for lever in _F16),
+                     ((16, 8, 1, 0, 3, 128, 0, 0, 3), {"denorm": 1, "lag": 0})]}
+# x_ahead (2026-12-07 16:00 UTC): bulk 3's activations two K steps ahead in registers, not
+# one (43% of its stall samples waited on the next step's x: ../h100/bulk3_stalls_1632). nvcc
+# 13 for sm_90, bf16 M=8: gate/up 92 -> 112 registers (4 blocks an SM: 544 blocks in 1.03
+# waves), held to 5 by min_blocks 5 at 96 with 56 bytes spilled; down 71 -> 88 (2 blocks of 256
+# threads an SM), held to 3 by min_blocks 3. Each beside its tile without it. Timed on an H100
+# at 16:05 UTC (bench/results/h100/xahead_f16_1604): slower everywhere (gate/up 29.0-30.0 us
+# against 23.0-23.3; held to 5 blocks it spills, 28.2; down 32.4 against 27.9-28.1).
+X_AHEAD = {"gate_up": [(BULK_GU, _DENORM_2), (BULK_GU, {**_DENORM_2, "x_ahead": 1}),
+                       ((32, 4, 1, 0, 2, 128, 0, 5, 3), {**_DENORM_2, "x_ahead": 1})],
+           "down": [(BULK_DN, {**_DENORM_2, "lag": 0}),
+                    ((16, 8, 1, 0, 4, 128, 0, 3, 3), {**_DENORM_2, "lag": 0, "x_ahead": 1})]}

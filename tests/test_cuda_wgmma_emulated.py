@@ -7,7 +7,7 @@ every K step (without those loads the M=8 tile ran M=16 as fast as M=8 on an H10
 bench/results/h100/xcost_1037), and time must stay flat from M=1 to M=16 (issue 14). The
 emulator models wgmma as each warp's 16 rows of A by the 16 x N B its descriptor names, one
 rounding as mma.sync's model, so here every tile gives the plain tile's output bit for bit;
-whether the tensor core adds the same way is the device's check (bench/sweep_points.WGMMA).
+whether the tensor core adds the same way is the device's check (bench/sweep_records_wgmma.WGMMA).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from tests.test_cuda_emulated import DTYPES, _x
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import cuda_verify as cv
 import sweep_points as sp
+import sweep_records_wgmma as sw
 
 NAME = "mma_weights_a"
 BODY = VARIANTS[NAME].CUDA_SOURCE
@@ -108,8 +109,8 @@ def test_wgmma_is_refused_off_a_warpgroup_of_the_register_pipeline_or_ring():
 
 
 def test_ablate_3_and_4_leave_wgmmas_x_unstaged():
-    """The diagnostic of what staging x costs a wgmma tile (bench/sweep_points.WGMMA_ABLATE,
-    timed beside the whole tile): with ablate 3 (and 4, the weights made up too) no step loads
+    """The diagnostic of what staging x costs a wgmma tile
+    (bench/sweep_records_wgmma.WGMMA_ABLATE, timed beside the whole tile): with ablate 3 (and 4, the weights made up too) no step loads
     or stages x, so B stays the zeros the warpgroup starts with and every output is 0, where the
     whole tile's are not; the ring has no such path and is refused."""
     k, m, tile = TILES[1]
@@ -125,9 +126,9 @@ def test_ablate_3_and_4_leave_wgmmas_x_unstaged():
 
 # One tile of each kind the sets hold: all of K in a warpgroup with prefetch, 4 K groups (512
 # threads), the ring with all of K and with 2 K groups (the rest differ from these in constants)
-COMPILED = [((16, 1, 1, 1, 0), sp.WG), ((16, 4, 1, 0, 0), sp.WG), ((16, 1, 1, 0, 6), sp.WG),
-            ((16, 2, 1, 0, 2), sp.WG), ((16, 1, 1, 1, 0), sp.AHEAD), ((16, 2, 1, 0, 2), sp.AHEAD),
-            ((16, 1, 1, 1, 0), sp.INFLIGHT)]
+COMPILED = [((16, 1, 1, 1, 0), sw.WG), ((16, 4, 1, 0, 0), sw.WG), ((16, 1, 1, 0, 6), sw.WG),
+            ((16, 2, 1, 0, 2), sw.WG), ((16, 1, 1, 1, 0), sw.AHEAD), ((16, 2, 1, 0, 2), sw.AHEAD),
+            ((16, 1, 1, 1, 0), sw.INFLIGHT)]
 
 
 def test_every_wgmma_tile_of_the_sets_has_a_launch():
@@ -144,7 +145,7 @@ def test_every_wgmma_tile_of_the_sets_has_a_launch():
                     assert cfg.template["WGMMA"] and cfg.threads % 128 == 0
                 ran += 1
     assert ran == 21 + 13 + 6, ran
-    assert all(pt in sp.WGMMA["gate_up"] + sp.WGMMA_RING["gate_up"] + sp.WGMMA_NEXT["gate_up"]
+    assert all(pt in sw.WGMMA["gate_up"] + sw.WGMMA_RING["gate_up"] + sw.WGMMA_NEXT["gate_up"]
                for pt in COMPILED)
 
 
@@ -180,7 +181,7 @@ def test_wgmma_2_leaves_a_step_in_flight_and_waits_for_all_before_the_sums():
     k, n = cv.SHAPES["gate_up"]
     waits = {}
     for wg in (1, 2):
-        p = {**VARIANTS[NAME].DEFAULTS, **sp.as_params(((16, 1, 1, 1, 0), {**sp.WG, "wgmma": wg}))}
+        p = {**VARIANTS[NAME].DEFAULTS, **sp.as_params(((16, 1, 1, 1, 0), {**sw.WG, "wgmma": wg}))}
         cfg = cuda_config.launch_config(NAME, 8, k, n, 64, "bfloat16", p)
         sass = cuda_offline.sass_sm90(NAME, cfg.activation, cfg.template,
                                       cuda.kernel_header(NAME, cfg))

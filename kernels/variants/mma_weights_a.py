@@ -139,12 +139,14 @@ M=16, one step ahead in registers) into two slots of wgmma's B layout, and M=16 
 instruction where M=8 does. The sums are those of the plain tile's mma in the same order (the
 CUDA emulator models both as one rounding of the 16 products and the accumulator, so there the
 output is the col_warps 4 tile's bit for bit); whether the tensor core adds them in the same
-order for both instructions is the device's to say (``bench/sweep_points.WGMMA``). Each step
+order for both instructions is the device's to say (``bench/sweep_records_wgmma.WGMMA``: it
+does, bit for bit at M=8 and 16, bench/results/h100/wgmma_1749). Each step
 waits for its own wgmma, and meets its x, loaded one step ahead, at the barrier that publishes
 it: ``wgmma`` = 2 leaves each step's wgmma in flight through the next (x in three slots; two
 steps of code a loop, so that the next step's A fragments are other registers), and
-``x_ahead`` = 1 loads x three steps ahead (bench/sweep_points.WGMMA_NEXT; untimed as of
-2026-12-07).
+``x_ahead`` = 1 loads x three steps ahead (``WGMMA_NEXT`` there; timed on an H100 on
+2026-12-07, bench/results/h100/wgmma_next_2228: bit for bit, and neither pays, since with x
+unstaged the tile is as slow: its weight loads hold it).
 
 No Metal source: Apple GPUs use the scalar and simdgroup-matrix variants.
 """
