@@ -207,6 +207,26 @@ BULK_M16 = {"gate_up": [((32, 4, 1, 0, 2), {"bulk": 3, **DENORM_2}),
                         ((16, 4, 1, 0, 2), {"bulk": 3, **DENORM_2}),
                         (32, 4, 1, 0, 0, 128, 1),
                         ((32, 4, 1, 0, 0, 128, 1), DENORM_2)]}
+# M=16's registers (2026-12-07 22:55 UTC). Without x's loads the bulk tile runs M=16 in 25.9 us
+# against its 22.1 at M=8 (an H100, bench/results/h100/xl1_2231): 1.17x, what is left being
+# its 132-135 registers (3 blocks an SM against 5 at M=8), most of them the step's activation
+# fragments (32 a lane at M=16 whatever n_tile). The bulk tiles that fit more warps an SM at
+# M=16 (nvcc 13, bf16, gate/up): 16 x 2 takes 106 registers, 64 threads a block, 9 blocks an SM,
+# 1088 blocks in 0.92 waves (18 warps an SM, the M=8 tile's 20); 16 x 4 106 (4 an SM, 2.06
+# waves), held to 5 at 96 (36 bytes spilled); 32 x 4 held to 4 at 128 (4 spilled, 1.03 waves);
+# down: 16 x 4 at 2 and 3 stages (320 blocks, 4 an SM: one wave), 16 x 8 held to 3 at 80 (136
+# spilled). Beside the bulk tile and the table's M=16 tiles; timed at M=16 (and M=8 beside).
+_DN2B = {"bulk": 3, **DENORM_2}
+BULK_M16_REGS = {"gate_up": [((32, 4, 1, 0, 2), _DN2B), ((16, 2, 1, 0, 2), _DN2B),
+                             ((16, 4, 1, 0, 2), _DN2B), ((16, 4, 1, 0, 2, 128, 0, 5), _DN2B),
+                             ((32, 4, 1, 0, 2, 128, 0, 4), _DN2B), (32, 4, 1, 0, 0, 128, 1)],
+                 "down": [((16, 4, 1, 0, 2), _DN2B), ((16, 4, 1, 0, 3), _DN2B),
+                          ((16, 8, 1, 0, 2, 128, 0, 3), _DN2B), ((16, 8, 1, 0, 2), _DN2B),
+                          (32, 8, 2, 0, 0, 128, 1)]}
+# Their floors without x's loads (ablate 3: a time, not a result), the widest and narrowest.
+BULK_M16_FLOORS = {"gate_up": [(pt, {**extra, "ablate": 3})
+                               for pt, extra in BULK_M16_REGS["gate_up"][:3]],
+                   "down": [(pt, {**extra, "ablate": 3}) for pt, extra in BULK_M16_REGS["down"][:1]]}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}
@@ -315,6 +335,7 @@ BULK_SMOKE = (((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 4, 1, 0, 4), {"bulk": 2}),
 # Every set by the name ``--points`` takes (the sweep and the ncu run): the next, or a run's.
 SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm": BULK_DENORM,
         "bulk-vs-table": BULK_VS_TABLE, "bulk-x": BULK_X, "bulk-m16": BULK_M16,
+        "bulk-m16-regs": BULK_M16_REGS, "bulk-m16-floors": BULK_M16_FLOORS,
         "xshare": XSHARE_TILES_2026_12_07, "xshare-m16": XSHARE_M16_TILES_2026_12_07,
         "xshare-u2-m16": XSHARE_U2_M16_TILES_2026_12_07, "xring-m16": XRING_M16,
         "x-prefetch": XPREFETCH, "bulk-lag": BULK_LAG, "bulk-f16": BULK_F16, "x-ahead": X_AHEAD,

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# M=16's registers (p1, p2 staged by the two calls before it; any sm_90 card): ready; the set
+# bulk-m16-regs (bulk tiles that fit more warps an SM at M=16: sweep_points.BULK_M16_REGS)
+# checked bit for bit against its register twins at M=16 (the cold sweep's --check-only); each
+# tile alone under ncu, cold, at M = 8 and 16, beside the table's tiles; then bulk-m16-floors
+# (the same tiles without x's loads, ablate 3: a time, not a result). Outputs packed in one
+# tarball ($OUT/call3.tgz).
+set -u
+bash scripts/h200.sh ready || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+mkdir -p "$OUT/check16"
+timeout 150 python3 bench/cuda_verify_cold_sweep.py --out "$OUT/check16" --check-only \
+  --points bulk-m16-regs --shapes gate_up,down --ms 16 --point-m 16 --dtypes bfloat16 \
+  > "$OUT/check16.log" 2>&1 || echo "check rc $?"
+grep -i "bit-exact\|differ\|error" "$OUT/check16.log" | tail -3
+export NCU_TIMEOUT=120
+. bench/results/h200/ncu_set.sh
+ncu_set bulk-m16-regs gate_up
+ncu_set bulk-m16-regs down
+OUT=$OUT/floors ncu_set bulk-m16-floors gate_up
+OUT=$OUT/floors ncu_set bulk-m16-floors down
+cd "$OUT" && tar czf call3.tgz --remove-files ./* 2>/dev/null; ls -la "$OUT"
