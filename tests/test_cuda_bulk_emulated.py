@@ -105,12 +105,12 @@ def _swept_bulk_tiles() -> list[tuple[str, dict]]:
     return list(unique.values())
 
 
-def _at_real_k(tiles: list[tuple[str, dict]], dt: str, schedules) -> None:
-    """Each tile at its shape's own K over two column tiles at M=8: its register twin within
+def _at_real_k(tiles: list[tuple[str, dict]], dt: str, schedules, m: int = 8) -> None:
+    """Each tile at its shape's own K over two column tiles at M=m: its register twin within
     the bounds, and the tile that twin's output bit for bit under each schedule."""
     for shape, p in tiles:
         k = cv.SHAPES[shape][0]
-        qw, x = _weights(2 * p["n_tile"], k, dt), _x(8, k, dt)
+        qw, x = _weights(2 * p["n_tile"], k, dt), _x(m, k, dt)
         if p.get("denorm"):  # the denorm path is what runs, not the plain one it falls back to
             assert float(mx.abs(qw.scales).max()) < cuda.DENORM_SCALE_LIMIT[(dt, p["denorm"])]
         twin = sp.register_twin(p)
@@ -143,6 +143,16 @@ def test_the_fp16_bulk_tiles_run_at_their_shapes_real_k():
              for pt in pts if sp.as_params(pt).get("bulk")]
     assert len(tiles) == 6 and {s for s, _ in tiles} == {"gate_up", "down"}
     _at_real_k(tiles, "float16", SCHEDULES[-1:])
+
+
+def test_the_m16_register_sets_bulk_tiles_run_at_m16_and_their_shapes_real_k():
+    """bulk-m16-regs's bulk tiles (more warps an SM at M=16: 16 x 2, 16 x 4, min_blocks; down
+    16 x 4 and 16 x 8), bf16 at M=16 under one schedule (the second warp held back, the copies
+    late): each its register twin's output bit for bit, before a device times them."""
+    tiles = [(shape, sp.as_params(pt)) for shape, pts in sp.SETS["bulk-m16-regs"].items()
+             for pt in pts if sp.as_params(pt).get("bulk")]
+    assert len(tiles) == 9 and {p["n_tile"] for _, p in tiles} == {16, 32}
+    _at_real_k(tiles, "bfloat16", SCHEDULES[-1:], m=16)
 
 
 BODY = VARIANTS[NAME].CUDA_SOURCE
