@@ -19,7 +19,9 @@ from sweep_records import (
     BULK_F16,
     BULK_LAG,
     BULK_TILES_2026_12_05,
+    DENORM_2,
     DN,
+    GSUMS,
     GU,
     POINTS_2026_12_03,
     POINTS_2026_12_04,
@@ -77,7 +79,6 @@ VARIANT = "variant"
 # every point bit-exact on the device, timed alone by ncu, group sums chosen for gate/up fp16
 # and down. It is still the next set at --point-m 16 (not yet run at M=16).
 HI = {"hi_in_place": 1}
-GSUMS = {VARIANT: SWEPT[1]}
 LATE = {"late_scales": 1}  # its prefetched batch without scales: 84 registers, not 130 (gate/up)
 # Added after that run (2026-12-05 03:30 UTC), for the SMs' balance: 544 blocks of 32 columns on
 # 132 SMs leave 16 SMs a fifth block (the busiest SM 1.21x the mean's columns), 1088 of 16
@@ -142,7 +143,7 @@ CLUSTERED = {
 # ncu) rather than timed as their plain selves. On the two tiles closest to the table's M=8
 # tiles and on gate/up's M=16 tile (32, 4, 1, 0, x_early: 372 instructions a K step plain, 311 at
 # denorm 1, 283 at 2, 92 to 95 registers: 5 blocks an SM throughout).
-DENORM_ON, DENORM_2 = {"denorm": 1}, {"denorm": 2}
+DENORM_ON = {"denorm": 1}  # DENORM_2 is the records' (sweep_records)
 # The ablate runs also time mma_weights_a's math alone with each denorm mode: the same loads
 # and mma under fewer instructions (gate/up's tile: 326, 265 and 238 a K step), so whether the
 # math alone follows its instruction count (issue-bound) or not (latency) is measured, not

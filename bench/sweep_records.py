@@ -109,11 +109,12 @@ BULK3_XRING_TILES_2026_12_05 = {
     "down": [((16, 8, 1, 0, 4), {"bulk": 3}), ((16, 8, 1, 0, 6), {"bulk": 3})]}
 
 
-# The warp-layout levers of 2026-12-07, each timed on an H100 and not kept (the constants as
-# bench/sweep_points has them: denorm 2; the group sums with late scales).
-_DENORM_2 = {"denorm": 2}
-_GSUMS = {"variant": "mma_group_sums"}
-_GSUMS_LATE = {**_GSUMS, "late_scales": 1}
+# The warp-layout levers of 2026-12-07, each timed on an H100 and not kept. Their tile keys,
+# shared with bench/sweep_points.py and sweep_records_wgmma.py: denorm 2, the group sums'
+# variant, and it with late scales.
+DENORM_2 = {"denorm": 2}
+GSUMS = {"variant": "mma_group_sums"}
+GSUMS_LATE = {**GSUMS, "late_scales": 1}
 
 
 # Added 2026-12-07: mma_weights_a's ``col_warps`` W and ``cluster`` S, so that x is read once
@@ -136,18 +137,18 @@ _GSUMS_LATE = {**_GSUMS, "late_scales": 1}
 # MLX_USE_CUDA_GRAPHS=0 (kernels.cuda.refuse_cluster_under_graphs); with graphs on, its row
 # records the refusal.
 def _xs(pt: tuple, col_warps: int, cluster: int, x_share: int = 0) -> tuple:
-    return (pt, {**_DENORM_2, "col_warps": col_warps, "cluster": cluster,
+    return (pt, {**DENORM_2, "col_warps": col_warps, "cluster": cluster,
                  **({"x_share": 1} if x_share else {})})
 
 
 XSHARE_TILES_2026_12_07 = {"gate_up": [_xs((32, 4, 2, 0, 0), 4, 4), _xs((32, 4, 2, 0, 0), 4, 4, 1),
                       _xs((32, 4, 1, 1, 0), 4, 4, 1), _xs((32, 4, 2, 0, 0), 2, 4),
                       _xs((32, 4, 1, 1, 0), 4, 4), _xs((16, 4, 2, 0, 0), 4, 4),
-                      _xs((16, 4, 2, 0, 0), 2, 1), ((32, 4, 2, 0, 0), _DENORM_2)],
+                      _xs((16, 4, 2, 0, 0), 2, 1), ((32, 4, 2, 0, 0), DENORM_2)],
           "down": [_xs((16, 8, 1, 1, 0), 4, 8), _xs((16, 8, 1, 1, 0), 4, 8, 1),
                    _xs((32, 8, 2, 0, 0), 4, 8), _xs((32, 8, 2, 0, 0), 4, 8, 1),
                    _xs((32, 8, 2, 0, 0), 2, 8), _xs((16, 8, 2, 0, 0), 8, 8),
-                   _xs((16, 8, 1, 0, 0), 4, 8), ((16, 8, 1, 1, 0), _GSUMS_LATE)]}
+                   _xs((16, 8, 1, 0, 0), 4, 8), ((16, 8, 1, 1, 0), GSUMS_LATE)]}
 # The same lever at M=16 (--point-m 16), where x is twice the bytes (gate/up ~89 MB of L2 reads
 # at one read a 32-column tile) and M=16 costs 1.37-1.47x M=8: the table's bf16 M=16 tiles
 # (gate/up 32 x 4 u1 x_early, down 32 x 8 u2 x_early) at W 4 beside themselves. nvcc 13, bf16:
@@ -167,8 +168,8 @@ XSHARE_M16_TILES_2026_12_07 = {"gate_up": [_xs((32, 4, 1, 0, 0, 128, 1), 4, 4), 
 # with and without x_share), beside itself; with XSHARE_M16 at --point-m 16, graphs off.
 XSHARE_U2_M16_TILES_2026_12_07 = {
     "gate_up": [_xs((32, 4, 2, 0, 0), 4, 4), _xs((32, 4, 2, 0, 0), 4, 4, 1),
-                ((32, 4, 2, 0, 0), _DENORM_2)],
-    "down": [_xs((32, 8, 2, 0, 0), 4, 8), ((32, 8, 2, 0, 0), _DENORM_2)]}
+                ((32, 4, 2, 0, 0), DENORM_2)],
+    "down": [_xs((32, 8, 2, 0, 0), 4, 8), ((32, 8, 2, 0, 0), DENORM_2)]}
 # Added 2026-12-07: mma_weights_a's ``row_warps`` 2 at M=16 (--point-m 16): a warp per 8 rows,
 # so each warp holds one accumulator set and issues one mma per dequantized fragment, as at M=8,
 # and the two warps of a K group read the same weights at once. The table's bf16 M=16 tiles
@@ -183,11 +184,11 @@ def _rw(pt: tuple, extra: dict | None = None) -> tuple:
 
 
 ROWWARPS_M16_TILES_2026_12_07 = {"gate_up": [_rw((32, 4, 1, 0, 0, 128, 1)), _rw((32, 4, 2, 0, 0)),
-                            _rw((32, 4, 2, 0, 0), _DENORM_2), _rw((32, 4, 1, 1, 0)),
+                            _rw((32, 4, 2, 0, 0), DENORM_2), _rw((32, 4, 1, 1, 0)),
                             _rw((16, 4, 2, 0, 0)), _rw((32, 2, 2, 0, 0)),
-                            (32, 4, 1, 0, 0, 128, 1), (32, 4, 2, 0, 0), ((32, 4, 2, 0, 0), _DENORM_2)],
+                            (32, 4, 1, 0, 0, 128, 1), (32, 4, 2, 0, 0), ((32, 4, 2, 0, 0), DENORM_2)],
                 "down": [_rw((32, 8, 2, 0, 0, 128, 1)), _rw((32, 8, 2, 0, 0)),
-                         _rw((32, 8, 2, 0, 0, 128, 1), _DENORM_2), _rw((16, 8, 1, 1, 0)),
+                         _rw((32, 8, 2, 0, 0, 128, 1), DENORM_2), _rw((16, 8, 1, 1, 0)),
                          _rw((32, 4, 2, 0, 0)), _rw((16, 8, 2, 0, 0, 128, 1)),
                          (32, 8, 2, 0, 0, 128, 1), (32, 8, 2, 0, 0), (16, 8, 1, 1, 0)]}
 
@@ -204,11 +205,11 @@ ROWWARPS_M16_TILES_2026_12_07 = {"gate_up": [_rw((32, 4, 1, 0, 0, 128, 1)), _rw(
 # Beside the table's M=16 tiles and their denorm-2 twins, timed at --point-m 16. Timed on an H100
 # at 11:47 UTC (bench/results/h100/xring_m16_1147): bit for bit, slower than the table's tiles
 # (gate/up u2 36 us against 31.7-32.3; its copies miss L1, L2 traffic 127-193 MB against 111).
-XRING_M16 = {"gate_up": [((32, 4, 1, 0, 0, 128, 3), _DENORM_2), ((32, 4, 2, 0, 0, 128, 3), _DENORM_2),
-                         ((32, 4, 2, 0, 0, 128, 3, 5), _DENORM_2), ((32, 4, 2, 0, 0), _DENORM_2),
-                         ((32, 4, 1, 0, 0, 128, 1), _DENORM_2), (32, 4, 1, 0, 0, 128, 1)],
-             "down": [((32, 4, 1, 0, 0, 128, 3), _DENORM_2), ((32, 4, 2, 0, 0, 128, 3), _DENORM_2),
-                      ((32, 4, 2, 0, 0), _DENORM_2), ((32, 8, 2, 0, 0, 128, 1), _DENORM_2),
+XRING_M16 = {"gate_up": [((32, 4, 1, 0, 0, 128, 3), DENORM_2), ((32, 4, 2, 0, 0, 128, 3), DENORM_2),
+                         ((32, 4, 2, 0, 0, 128, 3, 5), DENORM_2), ((32, 4, 2, 0, 0), DENORM_2),
+                         ((32, 4, 1, 0, 0, 128, 1), DENORM_2), (32, 4, 1, 0, 0, 128, 1)],
+             "down": [((32, 4, 1, 0, 0, 128, 3), DENORM_2), ((32, 4, 2, 0, 0, 128, 3), DENORM_2),
+                      ((32, 4, 2, 0, 0), DENORM_2), ((32, 8, 2, 0, 0, 128, 1), DENORM_2),
                       (32, 8, 2, 0, 0, 128, 1)]}
 # x_prefetch (2026-12-07 14:00 UTC): x's lines brought into L1 2 or 3 K steps ahead. On an H100
 # (bench/results/h100/bulk_xcost_1314) the candidate bulk tile's x cost 1.8 us of 22.9-23.8
@@ -219,11 +220,11 @@ XRING_M16 = {"gate_up": [((32, 4, 1, 0, 0, 128, 3), _DENORM_2), ((32, 4, 2, 0, 0
 # fits 4). The table's M=8 and M=16 register tiles, and the chosen table's bulk tiles.
 _XP = (0, 2, 3)
 BULK_GU, BULK_DN = (32, 4, 1, 0, 2, 128, 0, 0, 3), (16, 8, 1, 0, 4, 128, 0, 0, 3)
-XPREFETCH = {"gate_up": [*((BULK_GU, {**_DENORM_2, "x_prefetch": d}) for d in _XP),
-                         ((32, 4, 1, 0, 2, 128, 0, 5, 3), {**_DENORM_2, "x_prefetch": 3}),
-                         *(((32, 4, 2, 0, 0), {**_DENORM_2, "x_prefetch": d}) for d in _XP),
+XPREFETCH = {"gate_up": [*((BULK_GU, {**DENORM_2, "x_prefetch": d}) for d in _XP),
+                         ((32, 4, 1, 0, 2, 128, 0, 5, 3), {**DENORM_2, "x_prefetch": 3}),
+                         *(((32, 4, 2, 0, 0), {**DENORM_2, "x_prefetch": d}) for d in _XP),
                          *(((32, 4, 1, 0, 0, 128, 1), {"x_prefetch": d}) for d in _XP)],
-             "down": [*((BULK_DN, {**_DENORM_2, "x_prefetch": d}) for d in _XP),
+             "down": [*((BULK_DN, {**DENORM_2, "x_prefetch": d}) for d in _XP),
                       *(((32, 8, 2, 0, 0, 128, 1), {"x_prefetch": d}) for d in _XP)]}
 # lag (2026-12-07 14:10 UTC): which slot bulk 3's leader refills. 3 stages at the default lag 1
 # run the ring no further ahead than 2 stages at lag 0 (one stage in flight while one is read),
@@ -232,11 +233,11 @@ XPREFETCH = {"gate_up": [*((BULK_GU, {**_DENORM_2, "x_prefetch": d}) for d in _X
 # stages keeps 2 and 3 stages in flight; lag 1 at 4 stages 2, without waiting on the slowest
 # warp. gate/up's table tile first (2 stages); down's bulk tile beside the table's group sums.
 _BULK_LAG = ((32, 4, 1, 0, 3, 128, 0, 0, 3), (32, 4, 1, 0, 4, 128, 0, 0, 3))
-BULK_LAG = {"gate_up": [(BULK_GU, _DENORM_2),
-                        *((pt, {**_DENORM_2, "lag": lag}) for pt in _BULK_LAG for lag in (0, 1))],
-            "down": [((16, 8, 1, 1, 0), _GSUMS_LATE), (BULK_DN, _DENORM_2),
-                     (BULK_DN, {**_DENORM_2, "lag": 0}),
-                     ((16, 8, 1, 0, 3, 128, 0, 0, 3), {**_DENORM_2, "lag": 0})]}
+BULK_LAG = {"gate_up": [(BULK_GU, DENORM_2),
+                        *((pt, {**DENORM_2, "lag": lag}) for pt in _BULK_LAG for lag in (0, 1))],
+            "down": [((16, 8, 1, 1, 0), GSUMS_LATE), (BULK_DN, DENORM_2),
+                     (BULK_DN, {**DENORM_2, "lag": 0}),
+                     ((16, 8, 1, 0, 3, 128, 0, 0, 3), {**DENORM_2, "lag": 0})]}
 # fp16 (2026-12-07 15:40 UTC): bulk 3 has been timed in bf16 alone. fp16's gate/up table tile
 # (group sums, 32 x 4, x_early 1) is 4.4 us over the goal on the H200 against bf16's 2.1 with the
 # bulk tile. fp16's denorm 2 needs |scale| < 2^-8, which the bench's gate/up weights exceed, so
@@ -246,9 +247,9 @@ BULK_LAG = {"gate_up": [(BULK_GU, _DENORM_2),
 # alone against the table tile's 26.1-27.0, and ahead batched and in a chain; down's ahead
 # alone, behind batched. Not yet on an H200 (bench/results/h200/RUNS.md's plan).
 _F16 = ({"denorm": 1}, {"hi_in_place": 1})
-BULK_F16 = {"gate_up": [((32, 4, 1, 0, 0, 128, 1), _GSUMS),
+BULK_F16 = {"gate_up": [((32, 4, 1, 0, 0, 128, 1), GSUMS),
                         *((BULK_GU, lever) for lever in _F16), BULK_GU],
-            "down": [((16, 8, 1, 1, 0), _GSUMS_LATE),
+            "down": [((16, 8, 1, 1, 0), GSUMS_LATE),
                      *((BULK_DN, {**lever, "lag": 0}) for lever in _F16),
                      ((16, 8, 1, 0, 3, 128, 0, 0, 3), {"denorm": 1, "lag": 0})]}
 # x_ahead (2026-12-07 16:00 UTC): bulk 3's activations two K steps ahead in registers, not
@@ -258,7 +259,7 @@ BULK_F16 = {"gate_up": [((32, 4, 1, 0, 0, 128, 1), _GSUMS),
 # threads an SM), held to 3 by min_blocks 3. Each beside its tile without it. Timed on an H100
 # at 16:05 UTC (bench/results/h100/xahead_f16_1604): slower everywhere (gate/up 29.0-30.0 us
 # against 23.0-23.3; held to 5 blocks it spills, 28.2; down 32.4 against 27.9-28.1).
-X_AHEAD = {"gate_up": [(BULK_GU, _DENORM_2), (BULK_GU, {**_DENORM_2, "x_ahead": 1}),
-                       ((32, 4, 1, 0, 2, 128, 0, 5, 3), {**_DENORM_2, "x_ahead": 1})],
-           "down": [(BULK_DN, {**_DENORM_2, "lag": 0}),
-                    ((16, 8, 1, 0, 4, 128, 0, 3, 3), {**_DENORM_2, "lag": 0, "x_ahead": 1})]}
+X_AHEAD = {"gate_up": [(BULK_GU, DENORM_2), (BULK_GU, {**DENORM_2, "x_ahead": 1}),
+                       ((32, 4, 1, 0, 2, 128, 0, 5, 3), {**DENORM_2, "x_ahead": 1})],
+           "down": [(BULK_DN, {**DENORM_2, "lag": 0}),
+                    ((16, 8, 1, 0, 4, 128, 0, 3, 3), {**DENORM_2, "lag": 0, "x_ahead": 1})]}

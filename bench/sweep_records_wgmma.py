@@ -8,7 +8,7 @@ constants these share; bench/sweep_points.py names each set in ``SETS``.
 
 from __future__ import annotations
 
-from sweep_records import _DENORM_2, _GSUMS_LATE, BULK_GU
+from sweep_records import BULK_GU, DENORM_2, GSUMS_LATE
 
 # wgmma (2026-12-07 17:30 UTC, no device yet; bit for bit on the CUDA emulator): each K group's
 # 4 warps a warpgroup (col_warps 4: 64 columns a K group, n_tile 16 a warp), each word's mma
@@ -21,10 +21,10 @@ WG = {"col_warps": 4, "wgmma": 1}
 WGMMA = {"gate_up": [((16, 1, 2, 0, 0), WG), ((16, 1, 4, 0, 0), WG), ((16, 2, 2, 0, 0), WG),
                      ((16, 2, 1, 1, 0), WG), ((16, 4, 1, 0, 0), WG),
                      ((16, 1, 1, 1, 0), WG), ((16, 1, 2, 1, 0), WG),
-                     ((16, 1, 2, 0, 0), {**WG, **_DENORM_2}),
-                     (BULK_GU, _DENORM_2), (32, 4, 1, 0, 0, 128, 1)],
+                     ((16, 1, 2, 0, 0), {**WG, **DENORM_2}),
+                     (BULK_GU, DENORM_2), (32, 4, 1, 0, 0, 128, 1)],
          "down": [((16, 2, 2, 0, 0), WG), ((16, 4, 2, 0, 0), WG), ((16, 4, 1, 1, 0), WG),
-                  ((16, 8, 1, 1, 0), _GSUMS_LATE), (32, 8, 2, 0, 0, 128, 1)]}
+                  ((16, 8, 1, 1, 0), GSUMS_LATE), (32, 8, 2, 0, 0, 128, 1)]}
 # Timed on an H100 at 17:49 UTC (bench/results/h100/wgmma_1749): bit for bit against the
 # register twins at M=8 and 16 (and fp16 at 16), and slow: gate/up's best, 16 x 1 u2 prefetch,
 # 36.7-38.2 us at M=8 (the table's bulk tile 22.9-23.5); 16 x 1 u1 prefetch the flattest, 38.7 /

@@ -29,7 +29,7 @@ from kernels.metal_emu.executor import COPIES, EmulatorError
 from kernels.qweights import QWeights
 from kernels.tiling import TilingError
 from kernels.variants import VARIANTS
-from tests.test_cuda_emulated import DTYPES, _errors, _x, cuda_limit_fits
+from tests.test_cuda_emulated import DTYPES, _errors, _first_steps, _x, cuda_limit_fits
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -237,9 +237,7 @@ def test_bulk_ablate_takes_out_the_part_it_names():
     assert np.array_equal(pure[0], pure[1])
     assert not np.array_equal(pure[0], no_x[0]) and not np.array_equal(pure[0], math[0])
     # 5: every step's x loads read the K group's first step (the whole on x so repeated)
-    gk = k // p["k_groups"]
-    x_first = mx.concatenate([mx.tile(x[:, g * gk:g * gk + 128], (1, gk // 128))
-                              for g in range(p["k_groups"])], axis=1)
+    x_first = _first_steps(x, p["k_groups"])
     hot = np.array(launch.launch(NAME, x, qa, {**p, "ablate": 5}).astype(mx.float32))
     assert np.array_equal(hot, np.array(launch.launch(NAME, x_first, qa, p).astype(mx.float32)))
     assert not np.array_equal(hot, whole)
