@@ -228,6 +228,19 @@ BULK_M16_REGS = {"gate_up": [((32, 4, 1, 0, 2), _DN2B), ((16, 2, 1, 0, 2), _DN2B
 BULK_M16_FLOORS = {"gate_up": [(pt, {**extra, "ablate": 3})
                                for pt, extra in BULK_M16_REGS["gate_up"][:3]],
                    "down": [(pt, {**extra, "ablate": 3}) for pt, extra in BULK_M16_REGS["down"][:1]]}
+# x_rot (2026-12-08 01:10 UTC): the bulk tiles with the next step's x loaded word by word into
+# the registers this step's word leaves (one step's x in registers, not two). nvcc 13, bf16,
+# M=16: gate/up's bulk tile 132 -> 126 registers (4 blocks an SM, not 3), held to 4 blocks 128
+# with no spill (4 bytes without x_rot), to 5 blocks 64 bytes spilled (220); down's 16 x 8 106
+# -> 95, held to 3 blocks 80 with none (136); at M=8 the bulk tile 92 -> 81. Beside their twins
+# without it and the table's M=16 tiles, timed at M = 8 and 16.
+_XR = {**_DN2B, "x_rot": 1}
+BULK_M16_XROT = {"gate_up": [((32, 4, 1, 0, 2), _DN2B), ((32, 4, 1, 0, 2), _XR),
+                             ((32, 4, 1, 0, 2, 128, 0, 4), _XR), ((32, 4, 1, 0, 2, 128, 0, 5), _XR),
+                             (32, 4, 1, 0, 0, 128, 1)],
+                 "down": [((16, 8, 1, 0, 2, 128, 0, 3), _DN2B), ((16, 8, 1, 0, 2, 128, 0, 3), _XR),
+                          ((16, 8, 1, 0, 2), _XR), ((32, 4, 1, 0, 2, 128, 0, 4), _XR),
+                          (32, 8, 2, 0, 0, 128, 1)]}
 POINTS = {"gate_up": POINTS_2026_12_05["gate_up"][:2] + BALANCED
                      + POINTS_2026_12_05["gate_up"][2:],
           "down": POINTS_2026_12_05["down"]}
@@ -337,6 +350,7 @@ BULK_SMOKE = (((16, 2, 5, 0, 3), {"bulk": 1}), ((32, 4, 1, 0, 4), {"bulk": 2}),
 SETS = {"next": POINTS, "cluster": CLUSTERED, "denorm": DENORMED, "bulk-denorm": BULK_DENORM,
         "bulk-vs-table": BULK_VS_TABLE, "bulk-x": BULK_X, "bulk-m16": BULK_M16,
         "bulk-m16-regs": BULK_M16_REGS, "bulk-m16-floors": BULK_M16_FLOORS,
+        "bulk-m16-xrot": BULK_M16_XROT,
         "xshare": XSHARE_TILES_2026_12_07, "xshare-m16": XSHARE_M16_TILES_2026_12_07,
         "xshare-u2-m16": XSHARE_U2_M16_TILES_2026_12_07, "xring-m16": XRING_M16,
         "x-prefetch": XPREFETCH, "bulk-lag": BULK_LAG, "bulk-f16": BULK_F16, "x-ahead": X_AHEAD,

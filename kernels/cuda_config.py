@@ -141,6 +141,13 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                                  f"pipeline's load_x path (bulk without x_early), or three in "
                                  f"wgmma's staging, not bulk={bulk}, x_early={x_early}, "
                                  f"wgmma={wgmma}")
+    x_rot = int(p.get("x_rot", 0))
+    if x_rot and not (bulk and not x_early and not x_ahead and not x_prefetch and not ablate):
+        raise tiling.TilingError(f"{name}: x_rot loads the next K step's activations word by "
+                                 f"word into the registers this step's leave, in the bulk "
+                                 f"pipeline's plain load_x path (bulk without x_early, x_ahead, "
+                                 f"x_prefetch or ablate), not bulk={bulk}, x_early={x_early}, "
+                                 f"x_ahead={x_ahead}, x_prefetch={x_prefetch}, ablate={ablate}")
     if ablate and stages and not bulk:
         raise tiling.TilingError(f"{name}: ablate takes a part out of the register pipeline "
                                  f"or the bulk pipeline, not the cp.async ring")
@@ -169,7 +176,7 @@ def _weights_a_config(name: str, m: int, k: int, n: int, group_size: int, dtype:
                 "PACKED": packs_weights(p), "LEADER": bulk == 3, "ABLATE": ablate,
                 "COL_WARPS": col_warps, "CLUSTER": cluster, "X_SHARE": bool(x_share),
                 "ROW_WARPS": row_warps, "X_PREFETCH": x_prefetch, "LAG": lag,
-                "X_AHEAD": bool(x_ahead), "WGMMA": wgmma,
+                "X_AHEAD": bool(x_ahead), "WGMMA": wgmma, "X_ROT": bool(x_rot),
                 "K": k, "N": n, "GS": group_size, "IS_BF16": dtype == "bfloat16"}
     if bulk:
         return _bulk_config(name, m, k, n, group_size, dtype, template, min_blocks)

@@ -203,6 +203,12 @@ BULK_PIPELINE = r"""  if constexpr (BULK) {
             continue;
           }
           const bool more = st * SPS + u + 1 < GROUP_STEPS;
+          if constexpr (X_ROT) {  // the next step's word i where this step's word i was
+            mma_math_then(wq, sc, bi, xa, [&](int i) {
+              if (more) load_x_word(xa, step + 1, i);
+            });
+            continue;
+          }
           if constexpr (X_AHEAD) {
             const bool more2 = st * SPS + u + 2 < GROUP_STEPS;
             if (more2) load_x(xf, step + 2);

@@ -43,7 +43,8 @@ from kernels.variants._wgmma_cuda import WG_MATH, WGMMA_HEADER
 # LAG stages back), X_AHEAD (bulk without X_EARLY: x loaded two K steps ahead, not one; with
 # WGMMA three), WGMMA (register pipeline, COL_WARPS 4: each K group's 4 warps a warpgroup, its
 # mma a wgmma with x staged in shared memory, ``wg_stage``, not in each lane's registers; 2:
-# each step's wgmma left in flight through the next step); type T.
+# each step's wgmma left in flight through the next step), X_ROT (bulk's plain load_x path:
+# the next step's x word by word into the registers this step's word has left); type T.
 # Lane (g = lane / 4, t = lane % 4) owns K values [128 s + 32 t, +32) of every step s: for
 # columns n0 + g and n0 + g + 8 one 16-byte load each (4 packed words), and the same 32
 # activations of row g (and g + 8 for a second B tile). Word i of those 4 feeds two mma steps;
@@ -208,9 +209,11 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
     }
   };
   // One K step's math: per word 2 dequantized A tiles per column tile and 2 mma per activation
-  // tile.
-  auto mma_math = [&](const uint4 (&wq)[COL_TILES][2], const uint32_t (&sc)[COL_TILES][2],
-                      const uint32_t (&bi)[COL_TILES][2], const uint4 (&xa)[M_TILES][4]) {
+  // tile. ``taken(i)`` runs once word i's activations are in pairs, so that X_ROT can load the
+  // next step's word i into the registers they leave.
+  auto mma_math_then = [&](const uint4 (&wq)[COL_TILES][2], const uint32_t (&sc)[COL_TILES][2],
+                           const uint32_t (&bi)[COL_TILES][2], const uint4 (&xa)[M_TILES][4],
+                           auto&& taken) {
     uint32_t so[COL_TILES][2];
     odd_scales(sc, so);
 #pragma unroll
@@ -220,6 +223,7 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
       for (int mt = 0; mt < M_TILES; ++mt) {
         dflash2_activation_pairs(xa[mt][i], bx[mt]);
       }
+      taken(i);
 #pragma unroll
       for (int c = 0; c < COL_TILES; ++c) {
         uint32_t a[2][4];  // [column lo/hi][nibble pair]
@@ -233,6 +237,10 @@ CUDA_SOURCE = MMA_TILE_CONSTANTS + r"""
         }
       }
     }
+  };
+  auto mma_math = [&](const uint4 (&wq)[COL_TILES][2], const uint32_t (&sc)[COL_TILES][2],
+                      const uint32_t (&bi)[COL_TILES][2], const uint4 (&xa)[M_TILES][4]) {
+    mma_math_then(wq, sc, bi, xa, [](int) {});
   };
 """ + WG_MATH + r"""
 """ + BULK_PIPELINE + r"""

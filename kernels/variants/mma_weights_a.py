@@ -165,7 +165,8 @@ ROWS = None  # 1..16
 DEFAULTS = {"n_tile": 32, "k_groups": 1, "unroll": 2, "prefetch": 0, "stages": 0,
             "l2_prefetch": 128, "x_early": 0, "min_blocks": 0, "bulk": 0, "hi_in_place": 0,
             "denorm": 0, "ablate": 0, "col_warps": 1, "cluster": 1, "x_share": 0,
-            "row_warps": 1, "x_prefetch": 0, "lag": -1, "x_ahead": 0, "wgmma": 0}
+            "row_warps": 1, "x_prefetch": 0, "lag": -1, "x_ahead": 0, "wgmma": 0,
+            "x_rot": 0}
 METAL_SOURCE = None
 HEADER = ""
 CUDA_LAYOUT = "mma_weights_a"
@@ -184,7 +185,7 @@ CUDA_TILING = Tiling(dtypes=("bfloat16", "float16"), k_multiple=(128, "k_groups"
                                     ("cluster", (1, 2, 4, 8)), ("x_share", (0, 1)),
                                     ("row_warps", (1, 2)), ("x_prefetch", (0, 1, 2, 3, 4, 8)),
                                     ("lag", (-1, 0, 1, 2, 3)), ("x_ahead", (0, 1)),
-                                    ("wgmma", (0, 1, 2))),
+                                    ("wgmma", (0, 1, 2)), ("x_rot", (0, 1))),
                      param_multiples=(("n_tile", 16),),
                      shared_floats=("k_groups", "M8", "n_tile"))
 
