@@ -231,12 +231,14 @@ BULK_M16_FLOORS = {"gate_up": [(pt, {**extra, "ablate": 3})
 # x_rot (2026-12-08 01:10 UTC): the bulk tiles with the next step's x loaded word by word into
 # the registers this step's word leaves (one step's x in registers, not two). nvcc 13, bf16,
 # M=16: gate/up's bulk tile 132 -> 126 registers (4 blocks an SM, not 3), held to 4 blocks 128
-# with no spill (4 bytes without x_rot), to 5 blocks 64 bytes spilled (220); down's 16 x 8 106
-# -> 95, held to 3 blocks 80 with none (136); at M=8 the bulk tile 92 -> 81. Beside their twins
-# without it and the table's M=16 tiles, timed at M = 8 and 16.
+# with no spill (4 bytes without x_rot); 16 x 4 106 -> 95 (5 blocks an SM, the M=8 tile's
+# count), held to 6 blocks 80 with none (136); 16 x 2 106 -> 95 (10 blocks of 2 warps); down's
+# 16 x 8 106 -> 95, held to 3 blocks 80 with none (136); at M=8 the bulk tile goes 92 -> 81.
+# Beside the bulk tile without it and the table's M=16 tiles, timed at M = 8 and 16.
 _XR = {**_DN2B, "x_rot": 1}
 BULK_M16_XROT = {"gate_up": [((32, 4, 1, 0, 2), _DN2B), ((32, 4, 1, 0, 2), _XR),
-                             ((32, 4, 1, 0, 2, 128, 0, 4), _XR), ((32, 4, 1, 0, 2, 128, 0, 5), _XR),
+                             ((32, 4, 1, 0, 2, 128, 0, 4), _XR), ((16, 4, 1, 0, 2), _XR),
+                             ((16, 4, 1, 0, 2, 128, 0, 6), _XR), ((16, 2, 1, 0, 2), _XR),
                              (32, 4, 1, 0, 0, 128, 1)],
                  "down": [((16, 8, 1, 0, 2, 128, 0, 3), _DN2B), ((16, 8, 1, 0, 2, 128, 0, 3), _XR),
                           ((16, 8, 1, 0, 2), _XR), ((32, 4, 1, 0, 2, 128, 0, 4), _XR),

@@ -13,7 +13,7 @@ timeout 150 python3 bench/cuda_verify_cold_sweep.py --out "$OUT/check16" --check
   --points bulk-m16-xrot --shapes gate_up,down --ms 16 --point-m 16 --dtypes bfloat16 \
   > "$OUT/check16.log" 2>&1 || echo "check rc $?"
 grep -i "bit-exact\|differ\|error" "$OUT/check16.log" | tail -3
-export NCU_TIMEOUT=120
+export NCU_TIMEOUT=150
 . bench/results/h200/ncu_set.sh
 ncu_set bulk-m16-xrot gate_up
 ncu_set bulk-m16-xrot down

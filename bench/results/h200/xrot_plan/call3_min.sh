@@ -5,7 +5,7 @@
 # Outputs in one tarball ($OUT/call3.tgz).
 set -u
 bash scripts/h200.sh ready || exit 1
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NCU_TIMEOUT=110
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 NCU_TIMEOUT=130
 . bench/results/h200/ncu_set.sh
 ncu_set bulk-m16-xrot gate_up
 cd "$OUT" && tar czf call3.tgz --remove-files ./* 2>/dev/null; ls -la "$OUT"
