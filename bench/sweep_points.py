@@ -234,12 +234,13 @@ BULK_M16_FLOORS = {"gate_up": [(pt, {**extra, "ablate": 3})
 # with no spill (4 bytes without x_rot); 16 x 4 106 -> 95 (5 blocks an SM, the M=8 tile's
 # count), held to 6 blocks 80 with none (136); 16 x 2 106 -> 95 (10 blocks of 2 warps); down's
 # 16 x 8 106 -> 95, held to 3 blocks 80 with none (136); at M=8 the bulk tile goes 92 -> 81.
+# Last, 64 x 4 (half the x loads a weight: 188 -> 154, 3 blocks an SM, 272 blocks in one wave).
 # Beside the bulk tile without it and the table's M=16 tiles, timed at M = 8 and 16.
 _XR = {**_DN2B, "x_rot": 1}
 BULK_M16_XROT = {"gate_up": [((32, 4, 1, 0, 2), _DN2B), ((32, 4, 1, 0, 2), _XR),
                              ((32, 4, 1, 0, 2, 128, 0, 4), _XR), ((16, 4, 1, 0, 2), _XR),
                              ((16, 4, 1, 0, 2, 128, 0, 6), _XR), ((16, 2, 1, 0, 2), _XR),
-                             (32, 4, 1, 0, 0, 128, 1)],
+                             (32, 4, 1, 0, 0, 128, 1), ((64, 4, 1, 0, 2), _XR)],
                  "down": [((16, 8, 1, 0, 2, 128, 0, 3), _DN2B), ((16, 8, 1, 0, 2, 128, 0, 3), _XR),
                           ((16, 8, 1, 0, 2), _XR), ((32, 4, 1, 0, 2, 128, 0, 4), _XR),
                           (32, 8, 2, 0, 0, 128, 1)]}

@@ -34,13 +34,15 @@ BODY = VARIANTS[NAME].CUDA_SOURCE
 BULK = {"n_tile": 32, "unroll": 1, "stages": 2, "bulk": 3}
 # (K, M, tile): K steps a warp of 8, 2, 1 and 16 (no load past a group's end), at M=16 (two
 # activation tiles), 8 and 5 (rows past M), unroll 2 (two steps a stage), denorm 1 and 2, a
-# deeper ring at lag 0, and min_blocks (registers held, so spills: the same values)
+# deeper ring at lag 0, min_blocks (registers held, so spills: the same values), and 16, 32 and
+# 64 columns a warp
 TILES = [(4096, 16, {**BULK, "k_groups": 4, "denorm": 2}),
          (1024, 8, {**BULK, "k_groups": 4}),
          (512, 16, {**BULK, "k_groups": 4}),
          (4096, 5, {**BULK, "k_groups": 2, "unroll": 2, "stages": 3, "lag": 0}),
          (2048, 16, {**BULK, "n_tile": 16, "k_groups": 8, "denorm": 2, "min_blocks": 3}),
-         (2048, 13, {**BULK, "k_groups": 2, "denorm": 1})]
+         (2048, 13, {**BULK, "k_groups": 2, "denorm": 1}),
+         (1024, 16, {**BULK, "n_tile": 64, "k_groups": 2, "denorm": 2})]
 
 
 @pytest.mark.parametrize("dt", DTYPES)
