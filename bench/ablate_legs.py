@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 import sweep_points as sp
-from cuda_verify_ncu import DRAM_PCT, ISSUE_ACTIVE, duration_us, metric, parse
+from cuda_verify_ncu import DRAM_PCT, ISSUE_ACTIVE, duration_us, metric, parse, read_csv
 
 # "gate_up bfloat16 M=8 tile {...}" or "... custom {...}" (the table's tile, by the runtime)
 LABEL = re.compile(r"^(\S+) (\S+) M=(\d+) (tile|custom) (\{.*\})$")
@@ -67,7 +67,7 @@ def legs(paths: list[str]) -> list[dict]:
     of its loads alone and the issue slots' use of its math alone, where measured."""
     tiles: dict[tuple, dict] = {}
     for path in paths:
-        for k in parse(Path(path).read_text()):
+        for k in parse(read_csv(path)):
             got, us = leg_of(k["label"], k["name"]), duration_us(k)
             if got is None or us is None:
                 continue

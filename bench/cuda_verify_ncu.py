@@ -42,6 +42,7 @@ import cuda_verify as cv
 import mlx.core as mx
 import sweep_points as sp
 from cuda_verify_report import cell
+from sass_stalls import read as read_csv  # a CSV's text, gzipped (.gz) or not
 
 REPS = 3
 
@@ -130,7 +131,7 @@ def summarize(path: str) -> str:
     """The CSV as a markdown table: one row per profiled launch, labelled with its path (with
     the SMs' imbalance, the issue slots' use and the instruction count where the run measured
     them)."""
-    launches = parse(Path(path).read_text())
+    launches = parse(read_csv(path))
     busy = any(sm_imbalance(k) is not None for k in launches)
     issue = any(metric(k, ISSUE_ACTIVE) is not None for k in launches)
     out = [("| launch | kernel | grid | block | us | DRAM % of peak | DRAM MB read | "

@@ -71,6 +71,8 @@ def parse(text: str) -> list[Kernel]:
 
 
 def read(path: str) -> str:
+    """A CSV's text, gzipped (a name ending .gz: the committed ncu CSVs of 100 KB or more, so
+    that the tracked tree and a wheel part fit one device call) or not."""
     raw = Path(path).read_bytes()
     return (gzip.decompress(raw) if path.endswith(".gz") else raw).decode()
 

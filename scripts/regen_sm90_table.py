@@ -290,12 +290,12 @@ def _choose(args) -> int:
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "bench"))
     import sweep_points
-    from cuda_verify_ncu import duration_us, parse
+    from cuda_verify_ncu import duration_us, parse, read_csv
 
     from kernels.variants import VARIANTS
     try:
         csvs = [Path(f) for f in args.choose_from_ncu.split(",") if f]
-        launches = [{**k, "us": duration_us(k)} for f in csvs for k in parse(f.read_text())]
+        launches = [{**k, "us": duration_us(k)} for f in csvs for k in parse(read_csv(str(f)))]
         cold: dict = {"shapes": {}}
         for f in (args.cold_sweep or "").split(","):  # several sweeps: each shape's last one
             if f:

@@ -47,6 +47,23 @@ def _weights(n: int, k: int, dt: str, spread: float = 0.25) -> QWeights:
 # (order, copies): the executor's schedules. "lagging" holds each block's second warp back
 # until nothing else can run, so the others run ahead of it as far as the barriers let them.
 SCHEDULES = [(order, copies) for order in ("forward", "lagging") for copies in COPIES]
+
+
+def with_key_bit_for_bit(key: str, tiles: list, dt: str, schedules) -> int:
+    """Each (K, M, tile) of ``tiles``, with ``key`` = 1, under each schedule: the output of its
+    plain register twin (the same n_tile and k_groups, unroll 1) bit for bit, as is the tile
+    without the key; the runs it made. For the levers that move loads and change no value."""
+    ran = 0
+    for k, m, tile in tiles:
+        qw, x = _weights(64, k, dt), _x(m, k, dt)
+        y0 = launch.launch(NAME, x, qw, {"n_tile": tile["n_tile"], "k_groups": tile["k_groups"],
+                                         "unroll": 1})
+        assert mx.array_equal(launch.launch(NAME, x, qw, tile), y0).item(), (k, m, tile)
+        for order, copies in schedules:
+            y = launch.launch(NAME, x, qw, {**tile, key: 1}, order, copies=copies)
+            assert mx.array_equal(y, y0).item(), (key, k, m, tile, order, copies)
+            ran += 1
+    return ran
 BULK = [{"bulk": 1, "stages": 3}, {"bulk": 1, "stages": 2, "unroll": 2},
         {"bulk": 2, "stages": 4}, {"bulk": 2, "stages": 2, "unroll": 2},
         {"bulk": 3, "stages": 2}, {"bulk": 3, "stages": 3}, {"bulk": 3, "stages": 2, "unroll": 2},

@@ -371,7 +371,7 @@ def test_the_h100_18_30_choice_on_its_own_records_takes_the_2_stage_bulk_tile(tm
     out, choice_out = tmp_path / "table.json", tmp_path / "choice.json"
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "regen_sm90_table.py"),
                         "--choose-from-ncu",
-                        str(rec / "diagnose_1828" / "bulk_gate_up_ncu_cold.csv"),
+                        str(rec / "diagnose_1828" / "bulk_gate_up_ncu_cold.csv.gz"),
                         "--cold-sweep", str(rec / "sweep_1827" / "cuda_verify_cold_sweep.json"),
                         # the table in effect then (the 2026-12-05 14:17 bench's): the shipped
                         # one has held the tile this choice took since 2026-12-07

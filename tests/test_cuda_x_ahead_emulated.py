@@ -24,7 +24,7 @@ from kernels import cuda_config, cuda_offline
 from kernels.cuda_emu import launch
 from kernels.tiling import TilingError
 from kernels.variants import VARIANTS
-from tests.test_cuda_bulk_emulated import SCHEDULES, _weights
+from tests.test_cuda_bulk_emulated import SCHEDULES, _weights, with_key_bit_for_bit
 from tests.test_cuda_emulated import DTYPES, _x
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -47,18 +47,9 @@ TILES = [(4096, 8, {**BULK, "k_groups": 4, "denorm": 2}),
 @pytest.mark.parametrize("dt", DTYPES)
 def test_x_ahead_leaves_every_tiles_output_bit_for_bit(dt):
     """Every tile in bf16 under every schedule; in fp16 three of them under the last."""
-    ran = 0
     tiles = TILES if dt == "bfloat16" else TILES[1:4]
     schedules = SCHEDULES if dt == "bfloat16" else SCHEDULES[-1:]
-    for k, m, tile in tiles:
-        qw, x = _weights(64, k, dt), _x(m, k, dt)
-        y0 = launch.launch(NAME, x, qw, {"n_tile": 32, "k_groups": tile["k_groups"],
-                                         "unroll": 1})
-        assert mx.array_equal(launch.launch(NAME, x, qw, tile), y0).item(), (k, m, tile)
-        for order, copies in schedules:
-            y = launch.launch(NAME, x, qw, {**tile, "x_ahead": 1}, order, copies=copies)
-            assert mx.array_equal(y, y0).item(), (k, m, tile, order, copies)
-            ran += 1
+    ran = with_key_bit_for_bit("x_ahead", tiles, dt, schedules)
     assert ran == len(tiles) * len(schedules), ran
 
 
