@@ -8,13 +8,9 @@
 set -u
 bash scripts/h200.sh ready || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-mkdir -p "$OUT/check16"
-timeout 150 python3 bench/cuda_verify_cold_sweep.py --out "$OUT/check16" --check-only \
-  --points bulk-m16-regs --shapes gate_up,down --ms 16 --point-m 16 --dtypes bfloat16 \
-  > "$OUT/check16.log" 2>&1 || echo "check rc $?"
-grep -i "bit-exact\|differ\|error" "$OUT/check16.log" | tail -3
 export NCU_TIMEOUT=120
 . bench/results/h200/ncu_set.sh
+check_set bulk-m16-regs 16
 ncu_set bulk-m16-regs gate_up
 ncu_set bulk-m16-regs down
 OUT=$OUT/floors ncu_set bulk-m16-floors gate_up

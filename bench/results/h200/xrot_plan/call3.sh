@@ -8,13 +8,9 @@
 set -u
 bash scripts/h200.sh ready || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-mkdir -p "$OUT/check16"
-timeout 150 python3 bench/cuda_verify_cold_sweep.py --out "$OUT/check16" --check-only \
-  --points bulk-m16-xrot --shapes gate_up,down --ms 16 --point-m 16 --dtypes bfloat16 \
-  > "$OUT/check16.log" 2>&1 || echo "check rc $?"
-grep -i "bit-exact\|differ\|error" "$OUT/check16.log" | tail -3
 export NCU_TIMEOUT=150
 . bench/results/h200/ncu_set.sh
+check_set bulk-m16-xrot 16
 ncu_set bulk-m16-xrot gate_up
 ncu_set bulk-m16-xrot down
 cd "$OUT" && tar czf call3.tgz --remove-files ./* 2>/dev/null; ls -la "$OUT"
