@@ -64,6 +64,8 @@ def with_key_bit_for_bit(key: str, tiles: list, dt: str, schedules) -> int:
             assert mx.array_equal(y, y0).item(), (key, k, m, tile, order, copies)
             ran += 1
     return ran
+
+
 BULK = [{"bulk": 1, "stages": 3}, {"bulk": 1, "stages": 2, "unroll": 2},
         {"bulk": 2, "stages": 4}, {"bulk": 2, "stages": 2, "unroll": 2},
         {"bulk": 3, "stages": 2}, {"bulk": 3, "stages": 3}, {"bulk": 3, "stages": 2, "unroll": 2},

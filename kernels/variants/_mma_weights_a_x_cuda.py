@@ -110,9 +110,6 @@ LOAD_X = r"""  // X_SHARE (one K group a block): the block's threads load a K st
       for (int j = 0; j < WG_PER; ++j) wr[d][j] = wr[d + 1][j];
     if (step + WG_DEPTH < (kgroup + 1) * GROUP_STEPS) wg_issue(step + WG_DEPTH, wr[WG_DEPTH - 1]);
   };
-  // The lane's activations of one K step (row g, + 8; zeros past M): from global memory (read by
-  // every warp: L1/L2 hits), with X_SHARE from the step's slot, or with X_EARLY 3 from the
-  // warp's ring, the copies of X_DEPTH - 1 steps on issued first.
   // X_ROT (the bulk pipeline's plain path): word i of every row tile of the lane's activations
   // of K step ``step``, load_x's plain loads a word at a time, so that the next step's word can
   // go into the registers that this step's word has just left (mma_math_then's ``taken``):
@@ -124,6 +121,9 @@ LOAD_X = r"""  // X_SHARE (one K group a block): the block's threads load a K st
       xa[mt][i] = 8 * mt + g < M_ROWS ? xp[i] : make_uint4(0, 0, 0, 0);
     }
   };
+  // The lane's activations of one K step (row g, + 8; zeros past M): from global memory (read by
+  // every warp: L1/L2 hits), with X_SHARE from the step's slot, or with X_EARLY 3 from the
+  // warp's ring, the copies of X_DEPTH - 1 steps on issued first.
   auto load_x = [&](uint4 (&xa)[M_TILES][4], int step) {
     if constexpr (WGMMA) {  // x to the step's slot for wg_math (xa is not read)
       if constexpr (ABLATE < 3) wg_stage(step);  // ABLATE 3, 4: unstaged (B stays zeros)
