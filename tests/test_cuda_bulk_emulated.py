@@ -23,7 +23,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from kernels import cuda, cuda_config
+from kernels import cuda, cuda_config, cuda_offline
 from kernels.cuda_emu import launch
 from kernels.metal_emu.executor import COPIES, EmulatorError
 from kernels.qweights import QWeights
@@ -64,6 +64,24 @@ def with_key_bit_for_bit(key: str, tiles: list, dt: str, schedules) -> int:
             assert mx.array_equal(y, y0).item(), (key, k, m, tile, order, copies)
             ran += 1
     return ran
+
+
+def ptxas_with_and_without(key: str, set_name: str, m: int):
+    """For each bf16 tile of sweep_points' set ``set_name`` that sets ``key``: (shape, params,
+    {0: ptxas' report without the key, 1: with it}, threads a block), nvcc for sm_90 at M=``m``
+    as MLX builds each launch. For the levers whose point is the registers they take."""
+    for shape, pts in sp.SETS[set_name].items():
+        k, n = cv.SHAPES[shape]
+        for pt in pts:
+            p = sp.as_params(pt)
+            if not p.get(key):
+                continue
+            reports = {}
+            for v in (0, 1):
+                cfg = cuda_config.launch_config(NAME, m, k, n, 64, "bfloat16", {**p, key: v})
+                assert cfg.template[key.upper()] is bool(v)
+                reports[v] = cuda_offline.compile_launch(NAME, cfg)
+            yield shape, p, reports, cfg.threads
 
 
 BULK = [{"bulk": 1, "stages": 3}, {"bulk": 1, "stages": 2, "unroll": 2},

@@ -14,9 +14,6 @@ at K groups of 1, 2 and many steps.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import mlx.core as mx
 import pytest
 
@@ -24,12 +21,13 @@ from kernels import cuda_config, cuda_offline
 from kernels.cuda_emu import launch
 from kernels.tiling import TilingError
 from kernels.variants import VARIANTS
-from tests.test_cuda_bulk_emulated import SCHEDULES, _weights, with_key_bit_for_bit
+from tests.test_cuda_bulk_emulated import (
+    SCHEDULES,
+    _weights,
+    ptxas_with_and_without,
+    with_key_bit_for_bit,
+)
 from tests.test_cuda_emulated import DTYPES, _x
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import cuda_verify as cv
-import sweep_points as sp
 
 NAME = "mma_weights_a"
 BODY = VARIANTS[NAME].CUDA_SOURCE
@@ -79,21 +77,9 @@ def test_the_x_ahead_set_holds_x_in_registers_and_its_held_tiles_fit_their_block
     more registers than its twin without it (the step two on is loaded, not folded away), and
     the ones held by min_blocks fit that many blocks an SM (65536 registers)."""
     ran = 0
-    for shape, pts in sp.SETS["x-ahead"].items():
-        k, n = cv.SHAPES[shape]
-        for pt in pts:
-            p = sp.as_params(pt)
-            if not p.get("x_ahead"):
-                continue
-            reports = {}
-            for d in (0, 1):
-                cfg = cuda_config.launch_config(NAME, 8, k, n, 64, "bfloat16",
-                                                {**p, "x_ahead": d})
-                assert cfg.template["X_AHEAD"] is bool(d)
-                reports[d] = cuda_offline.compile_launch(NAME, cfg)
-                threads = cfg.threads
-            assert reports[1].registers > reports[0].registers, (shape, p, reports)
-            if p.get("min_blocks"):
-                assert p["min_blocks"] * threads * reports[1].registers <= 65536, (p, reports)
-            ran += 1
+    for shape, p, reports, threads in ptxas_with_and_without("x_ahead", "x-ahead", 8):
+        assert reports[1].registers > reports[0].registers, (shape, p, reports)
+        if p.get("min_blocks"):
+            assert p["min_blocks"] * threads * reports[1].registers <= 65536, (p, reports)
+        ran += 1
     assert ran == 3, ran

@@ -22,12 +22,16 @@ from kernels import cuda_config, cuda_offline
 from kernels.cuda_emu import launch
 from kernels.tiling import TilingError
 from kernels.variants import VARIANTS
-from tests.test_cuda_bulk_emulated import SCHEDULES, _weights, with_key_bit_for_bit
+from tests.test_cuda_bulk_emulated import (
+    SCHEDULES,
+    _weights,
+    ptxas_with_and_without,
+    with_key_bit_for_bit,
+)
 from tests.test_cuda_emulated import DTYPES, _x
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import cuda_verify as cv
-import sweep_points as sp
 
 NAME = "mma_weights_a"
 BODY = VARIANTS[NAME].CUDA_SOURCE
@@ -87,25 +91,14 @@ def test_x_rot_holds_fewer_registers_and_its_held_tiles_fit_their_blocks():
     less (nvcc 13: gate/up's bulk tile 132 -> 126, 4 blocks an SM, not 3; held to 5 blocks, 64
     bytes spilled against 220; down's 16 x 8 held to 3 blocks, none against 136)."""
     ran = 0
-    for shape, pts in sp.SETS["bulk-m16-xrot"].items():
-        k, n = cv.SHAPES[shape]
-        for pt in pts:
-            p = sp.as_params(pt)
-            if not p.get("x_rot"):
-                continue
-            reports = {}
-            for r in (0, 1):
-                cfg = cuda_config.launch_config(NAME, 16, k, n, 64, "bfloat16", {**p, "x_rot": r})
-                assert cfg.template["X_ROT"] is bool(r)
-                reports[r] = cuda_offline.compile_launch(NAME, cfg)
-                threads = cfg.threads
-            old, new = reports[0], reports[1]
-            assert (new.registers < old.registers
-                    or (new.registers == old.registers and new.spill_bytes < old.spill_bytes)), \
-                (shape, p, reports)
-            if p.get("min_blocks"):
-                assert p["min_blocks"] * threads * new.registers <= 65536, (p, reports)
-            ran += 1
+    for shape, p, reports, threads in ptxas_with_and_without("x_rot", "bulk-m16-xrot", 16):
+        old, new = reports[0], reports[1]
+        assert (new.registers < old.registers
+                or (new.registers == old.registers and new.spill_bytes < old.spill_bytes)), \
+            (shape, p, reports)
+        if p.get("min_blocks"):
+            assert p["min_blocks"] * threads * new.registers <= 65536, (p, reports)
+        ran += 1
     assert ran >= 4, ran
 
 
